@@ -1,0 +1,9 @@
+"""The ``evstore`` command: a thin click shell over the library.
+
+Installed as the package ``evstore_cli`` (from this ``cli/`` folder), with
+the console script ``evstore = evstore_cli:main``.
+"""
+
+from ._main import EXIT_CODES, cli, main
+
+__all__ = ["EXIT_CODES", "cli", "main"]

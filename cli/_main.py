@@ -1,0 +1,395 @@
+"""Commands, options and exit codes. Every expected failure is one line on
+standard error and its documented exit code; set ``EVSTORE_DEBUG=1`` to see
+the traceback of an unexpected one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import click
+import msgspec
+
+import evstore
+from evstore import (
+    EvstoreError,
+    IntegrityError,
+    InvalidInputError,
+    Receipt,
+    SessionExpiredError,
+    SessionNotFoundError,
+    Store,
+    WriteConflictError,
+)
+
+from ._output import event_lines, info_json, render_text, write_json, write_jsonl
+
+#: Exit codes by error class; the first match (most specific first) wins.
+EXIT_CODES: tuple[tuple[type[EvstoreError], int], ...] = (
+    (InvalidInputError, 2),
+    (SessionNotFoundError, 3),
+    (WriteConflictError, 4),
+    (IntegrityError, 5),
+    (SessionExpiredError, 6),
+    (EvstoreError, 1),
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CommandError(click.ClickException):
+    """An expected failure: ``evstore: <message>`` on stderr, with its exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
+
+    def format_message(self) -> str:
+        return " ".join(self.message.split())
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"evstore: {self.format_message()}", err=True)
+
+
+def exit_code_for(error: EvstoreError) -> int:
+    return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
+
+
+class Group(click.Group):
+    """Turns library errors into one-line messages with their exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EvstoreError as error:
+            raise CommandError(str(error), exit_code_for(error)) from None
+        except BrokenPipeError:
+            # the reader went away (``| head``): stop quietly
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            raise SystemExit(0) from None
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as error:
+            if os.environ.get("EVSTORE_DEBUG"):
+                raise
+            raise CommandError(f"unexpected failure: {type(error).__name__}: {error}", 1) from None
+
+
+class Context:
+    def __init__(self, store_url: str | None, endpoint_url: str | None) -> None:
+        self.store_url = store_url
+        self.endpoint_url = endpoint_url
+        self._store: Store | None = None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = evstore.open_store(self.store_url, endpoint_url=self.endpoint_url)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_url",
+    envvar="EVSTORE_STORE",
+    metavar="URL",
+    help="s3://bucket[/root], file:///path or memory:// (default: $EVSTORE_STORE, else a local data directory).",
+)
+@click.option(
+    "--endpoint-url",
+    envvar="AWS_ENDPOINT_URL",
+    metavar="URL",
+    help="S3 endpoint for MinIO, Ceph, moto or any S3-compatible server (default: $AWS_ENDPOINT_URL).",
+)
+@click.version_option(evstore.__version__, prog_name="evstore")
+@click.pass_context
+def cli(ctx: click.Context, store_url: str | None, endpoint_url: str | None) -> None:
+    """evstore: conversation sessions as an append-only log on S3-compatible storage.
+
+    Exit codes: 0 success, 1 unexpected failure, 2 usage or invalid input,
+    3 session not found, 4 write conflict, 5 integrity failure, 6 session expired.
+    """
+    state = Context(store_url, endpoint_url)
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+session_argument = click.argument("session")
+
+
+def _read_input(text: str | None, limit: int) -> str:
+    if text is not None:
+        return text
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise InvalidInputError(f"input exceeds the limit of {limit} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInputError("input is not valid UTF-8") from None
+
+
+def parse_jsonl_messages(lines: Iterable[str]) -> Iterator[evstore.Message]:
+    """Messages from JSONL: a message per line, or a line of ``replay --format jsonl``."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            value = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            raise InvalidInputError(f"line {number}: invalid JSON: {exc}") from None
+        if isinstance(value, dict) and "message" in value and "role" not in value:
+            value = value["message"]
+        elif isinstance(value, dict) and "rewind" in value and "role" not in value:
+            raise InvalidInputError(f"line {number} is a rewind event, not a message")
+        try:
+            yield evstore._codec.validate_message(value)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"line {number}: {exc}") from None
+
+
+@cli.command()
+@session_argument
+@click.argument("text", required=False)
+@click.option("--role", type=click.Choice(sorted(evstore._codec.ROLES)), default="user", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The input is one message object in JSON.")
+@click.option(
+    "--jsonl", "as_jsonl", is_flag=True, help="One message per line (or replay --format jsonl lines), appended in order."
+)
+@click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@click.option("--expect-head", type=click.IntRange(min=0), help="Fail with exit 4 unless the session's head is this seq.")
+@pass_context
+def append(
+    state: Context,
+    session: str,
+    text: str | None,
+    role: str,
+    as_json: bool,
+    as_jsonl: bool,
+    ephemeral: bool,
+    expect_head: int | None,
+) -> None:
+    """Append a message to SESSION (created if missing); print the seq it got.
+
+    The message is TEXT, or standard input when TEXT is absent.
+    """
+    if as_json and as_jsonl:
+        raise click.UsageError("--json and --jsonl exclude each other")
+    evstore._ids.validate_session_id(session)
+    store = state.store
+    raw = _read_input(text, store.max_event_bytes * (64 if as_jsonl else 1))
+    if as_jsonl:
+        messages = list(parse_jsonl_messages(raw.splitlines()))
+        if not messages:
+            raise InvalidInputError("no messages in the input")
+    elif as_json:
+        messages = [evstore._codec.decode_message_json(raw)]
+    else:
+        messages = [{"role": role, "content": raw.removesuffix("\n") if text is None else raw}]
+    for message in messages:  # refuse oversized input before anything is written
+        evstore._codec.encode_body(evstore._codec.MessagesBody([message]), store.max_event_bytes)
+    writer = store.open(session, create=True, retention="ephemeral" if ephemeral else "permanent")
+    for i, message in enumerate(messages):
+        seq = writer.append(message, expected_head=expect_head if i == 0 else None)
+        click.echo(seq)
+
+
+@cli.command()
+@session_argument
+@click.option("--format", "fmt", type=click.Choice(["text", "jsonl", "json"]), default="text", show_default=True)
+@click.option(
+    "--view",
+    type=click.Choice(["audit", "context"]),
+    default="audit",
+    show_default=True,
+    help="audit: every event as written; context: what to send to a model next.",
+)
+@click.option(
+    "--repair",
+    type=click.Choice(["error", "drop", "none"]),
+    default="error",
+    show_default=True,
+    help="Context view: answer dangling tool calls with an error result, drop them, or leave them.",
+)
+@click.option("--from", "start", type=click.IntRange(min=1), default=1, help="First seq (audit view).")
+@click.option("--to", "end", type=click.IntRange(min=0), help="Last seq (audit view).")
+@pass_context
+def replay(state: Context, session: str, fmt: str, view: str, repair: str, start: int, end: int | None) -> None:
+    """Print SESSION's messages, streamed in seq order."""
+    store = state.store
+    if view == "context":
+        if start != 1 or end is not None:
+            raise click.UsageError("--from and --to apply to the audit view")
+        lines: Iterator[dict[str, Any]] = ({"message": m} for m in store.context(session, repair=repair))  # type: ignore[arg-type]
+    else:
+        lines = event_lines(store.replay(session, start=start, end=end), session)
+    if fmt == "jsonl":
+        write_jsonl(lines)
+    elif fmt == "json":
+        write_json(lines)
+    else:
+        render_text(lines)
+
+
+@cli.command("list")
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many.")
+@click.option("--long", "long_", is_flag=True, help="With head, retention and parent (reads each session).")
+@click.option("--tree", is_flag=True, help="Show forks under their parents (reads each session).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@pass_context
+def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: bool, as_json: bool) -> None:
+    """List session ids in order."""
+    store = state.store
+    ids = store.list_sessions(prefix, limit=limit)
+    if not (long_ or tree or as_json):
+        for session_id in ids:
+            click.echo(session_id)
+        return
+    infos = []
+    for session_id in ids:
+        try:
+            infos.append(store.info(session_id))
+        except (SessionNotFoundError, SessionExpiredError):
+            continue  # deleted or expired remnants: gc's business
+    if tree:
+        from ._output import render_tree
+
+        render_tree(infos)
+    elif as_json:
+        for info in infos:
+            click.echo(msgspec.json.encode(info_json(info)).decode())
+    else:
+        for info in infos:
+            parent = f" fork of {info.parent.sid}@{info.parent.seq}" if info.parent else ""
+            click.echo(f"{info.session_id}\thead={info.head}\t{info.retention}{parent}")
+
+
+@cli.command()
+@session_argument
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def info(state: Context, session: str, as_json: bool) -> None:
+    """Show SESSION's head, creation time, retention, encryption, parent and forks."""
+    details = state.store.info(session)
+    data = info_json(details)
+    if as_json:
+        click.echo(msgspec.json.encode(data).decode())
+        return
+    for key, value in data.items():
+        if value is not None and value != []:
+            click.echo(f"{key}: {', '.join(value) if isinstance(value, list) else value}")
+
+
+@cli.command()
+@session_argument
+@pass_context
+def delete(state: Context, session: str) -> None:
+    """Delete SESSION. Live forks keep it replayable; gc reclaims the space later."""
+    result = state.store.delete(session)
+    if result.kept_for_forks:
+        click.echo(f"deleted {session}; its objects are kept for forks: {', '.join(result.kept_for_forks)}")
+    else:
+        click.echo(f"deleted {session}: {result.removed} objects removed")
+
+
+@cli.command()
+@click.argument("source")
+@click.argument("target")
+@click.option("--at", type=click.IntRange(min=1), help="Fork seq (default: the source's head).")
+@click.option("--ephemeral/--permanent", default=None, help="Retention of the fork (default: the source's).")
+@pass_context
+def fork(state: Context, source: str, target: str, at: int | None, ephemeral: bool | None) -> None:
+    """Fork SOURCE into a new session TARGET that shares its history up to --at."""
+    retention: evstore.Retention | None = None if ephemeral is None else ("ephemeral" if ephemeral else "permanent")
+    writer = state.store.fork(source, target, at=at, retention=retention)
+    parent = writer.manifest.parent
+    assert parent is not None
+    click.echo(f"forked {source}@{parent.seq} into {target}")
+
+
+@cli.command()
+@session_argument
+@click.option("--to", "to_seq", type=click.IntRange(min=0), required=True, help="Keep the messages up to this seq.")
+@pass_context
+def rewind(state: Context, session: str, to_seq: int) -> None:
+    """Withdraw SESSION's messages after --to from the context view (the audit view keeps them)."""
+    seq = state.store.open(session).rewind(to_seq)
+    click.echo(seq)
+
+
+@cli.command()
+@session_argument
+@click.option("--expect", metavar="SEQ:HASH", help="Fail (exit 5) unless the session still extends this receipt.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def verify(state: Context, session: str, expect: str | None, as_json: bool) -> None:
+    """Check SESSION's chain, contiguity and (with a key) every tag; print its receipt."""
+    expected = Receipt.parse(expect) if expect else None
+    result = state.store.verify(session, expect=expected)
+    if as_json:
+        click.echo(
+            msgspec.json.encode(
+                {
+                    "session": result.session_id,
+                    "ok": True,
+                    "head_seq": result.receipt.seq,
+                    "head_hash": result.receipt.hash,
+                    "receipt": str(result.receipt),
+                    "events": result.events,
+                    "sealed_checked": result.sealed_checked,
+                    "sealed_unchecked": result.sealed_unchecked,
+                    "expected": str(expected) if expected else None,
+                }
+            ).decode()
+        )
+        return
+    click.echo(
+        f"ok: {result.events} events, chain intact"
+        + (f", {result.sealed_checked} tags checked" if result.sealed_checked else "")
+        + (f", {result.sealed_unchecked} sealed events not checked (no key)" if result.sealed_unchecked else "")
+    )
+    if expected:
+        click.echo(f"extends receipt {expected}")
+    click.echo(f"receipt: {result.receipt}")
+
+
+@cli.command()
+@session_argument
+@click.option("--segment-size", type=click.IntRange(2, 100_000), default=1000, show_default=True)
+@pass_context
+def compact(state: Context, session: str, segment_size: int) -> None:
+    """Pack runs of SESSION's events into segments so replay needs fewer requests."""
+    made = state.store.compact(session, segment_size=segment_size)
+    click.echo(f"{len(made)} segments written" + (f" ({made[0][0]}-{made[-1][1]})" if made else ""))
+
+
+@cli.command()
+@click.option(
+    "--keyring", "keyring_path", type=click.Path(dir_okay=False), help="Add the key to this keyring file and make it active."
+)
+@click.option("--key-id", help="Key id for the keyring (default: derived from the key).")
+def keygen(keyring_path: str | None, key_id: str | None) -> None:
+    """Print a new master key (base64), or add one to a keyring file and make it active."""
+    if keyring_path is None:
+        if key_id:
+            raise click.UsageError("--key-id needs --keyring")
+        click.echo(evstore.generate_key())
+        return
+    kid = evstore._crypto.add_key_to_file(keyring_path, key_id)
+    click.echo(f"added key {kid} to {keyring_path} and made it active")
+
+
+def main() -> None:
+    cli(prog_name="evstore")

@@ -1,0 +1,29 @@
+"""Object-store backends. ``S3Store`` is imported lazily: boto3 is slow to import."""
+
+from ._base import (
+    IncompleteUpload,
+    LifecycleRule,
+    ListPage,
+    ObjectExists,
+    ObjectInfo,
+    ObjectMissing,
+    ObjectStore,
+    PreconditionFailed,
+    StoredObject,
+)
+from ._local import LocalStore
+from ._memory import MemoryStore
+
+__all__ = [
+    "IncompleteUpload",
+    "LifecycleRule",
+    "ListPage",
+    "LocalStore",
+    "MemoryStore",
+    "ObjectExists",
+    "ObjectInfo",
+    "ObjectMissing",
+    "ObjectStore",
+    "PreconditionFailed",
+    "StoredObject",
+]

@@ -1,0 +1,142 @@
+"""The object-store interface: the only place evstore makes requests.
+
+Contracts every backend keeps (the conformance suite checks them):
+
+* ``create`` stores the object only if the key is absent (``If-None-Match: *``);
+  otherwise raises ``ObjectExists`` and changes nothing.
+* ``replace`` stores the object only if the current ETag equals ``etag``
+  (``If-Match``); otherwise raises ``PreconditionFailed``.
+* ``get``/``head`` raise ``ObjectMissing`` for an absent key.
+* ``list_page`` returns keys under ``prefix`` in lexical order, strictly after
+  ``start_after``; with a ``delimiter`` it groups keys into common prefixes.
+* ``delete_many`` deletes up to any number of keys (batches of 1,000);
+  absent keys are not an error.
+* Transient failures are retried inside the backend, bounded; what still fails
+  raises ``StoreUnavailableError``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class ObjectExists(Exception):
+    """``create`` found the key already taken."""
+
+
+class PreconditionFailed(Exception):
+    """``replace`` found another ETag (or no object)."""
+
+
+class ObjectMissing(Exception):
+    """No object at the key."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str
+    last_modified: datetime
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    data: bytes
+    etag: str
+    last_modified: datetime
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ListPage:
+    objects: list[ObjectInfo]
+    prefixes: list[str]
+    truncated: bool
+    next_start_after: str
+
+
+@dataclass(frozen=True)
+class IncompleteUpload:
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+LifecycleRule = dict[str, Any]
+
+
+class ObjectStore(ABC):
+    """A bucket (or directory, or dict) of immutable-by-convention objects."""
+
+    #: A short description for messages, without credentials.
+    location: str = ""
+
+    @abstractmethod
+    def create(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create ``key`` if absent and return its ETag."""
+
+    @abstractmethod
+    def replace(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        etag: str,
+        metadata: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Replace ``key`` if its ETag is ``etag`` and return the new ETag."""
+
+    @abstractmethod
+    def get(self, key: str) -> StoredObject: ...
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo: ...
+
+    @abstractmethod
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage: ...
+
+    @abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete the keys; return how many delete requests were made."""
+
+    @abstractmethod
+    def get_tags(self, key: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    def get_lifecycle(self) -> list[LifecycleRule]: ...
+
+    @abstractmethod
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None: ...
+
+    @abstractmethod
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]: ...
+
+    @abstractmethod
+    def abort_upload(self, key: str, upload_id: str) -> None: ...
+
+    def list(self, prefix: str, *, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` after ``start_after``, page by page, in key order."""
+        while True:
+            page = self.list_page(prefix, start_after=start_after, max_keys=page_size)
+            yield from page.objects
+            if not page.truncated:
+                return
+            start_after = page.next_start_after
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
+        """Release connections; the store is not used afterwards."""

@@ -1,0 +1,154 @@
+"""An in-memory object store: the test fake, and ``memory://``."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ._base import (
+    IncompleteUpload,
+    LifecycleRule,
+    ListPage,
+    ObjectExists,
+    ObjectInfo,
+    ObjectMissing,
+    ObjectStore,
+    PreconditionFailed,
+    StoredObject,
+)
+
+
+def etag_of(data: bytes) -> str:
+    return '"' + hashlib.md5(data, usedforsecurity=False).hexdigest() + '"'
+
+
+def page_of(
+    keys: list[str], infos: Callable[[str], ObjectInfo], prefix: str, start_after: str, max_keys: int, delimiter: str
+) -> ListPage:
+    """One LIST page over sorted ``keys``, with S3's semantics for start-after and delimiter."""
+    objects: list[ObjectInfo] = []
+    prefixes: list[str] = []
+    last = start_after
+    truncated = False
+    for key in keys:
+        if not key.startswith(prefix) or key <= start_after:
+            continue
+        if delimiter:
+            cut = key.find(delimiter, len(prefix))
+            if cut >= 0:
+                common = key[: cut + len(delimiter)]
+                if (prefixes and prefixes[-1] == common) or common <= start_after:
+                    continue
+                if len(objects) + len(prefixes) >= max_keys:
+                    truncated = True
+                    break
+                prefixes.append(common)
+                last = common
+                continue
+        if len(objects) + len(prefixes) >= max_keys:
+            truncated = True
+            break
+        objects.append(infos(key))
+        last = key
+    return ListPage(objects, prefixes, truncated, last)
+
+
+@dataclass
+class _Entry:
+    data: bytes
+    etag: str
+    modified: datetime
+    metadata: dict[str, str]
+    tags: dict[str, str]
+
+
+class MemoryStore(ObjectStore):
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self._objects: dict[str, _Entry] = {}
+        self._lifecycle: list[LifecycleRule] = []
+        self._lock = threading.Lock()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.location = "memory://"
+
+    def _entry(self, data: bytes, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None) -> _Entry:
+        return _Entry(bytes(data), etag_of(data), self._clock(), dict(metadata or {}), dict(tags or {}))
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        entry = self._entry(data, metadata, tags)
+        with self._lock:
+            if key in self._objects:
+                raise ObjectExists(key)
+            self._objects[key] = entry
+        return entry.etag
+
+    def replace(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        etag: str,
+        metadata: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        entry = self._entry(data, metadata, tags)
+        with self._lock:
+            current = self._objects.get(key)
+            if current is None or current.etag != etag:
+                raise PreconditionFailed(key)
+            self._objects[key] = entry
+        return entry.etag
+
+    def _get_entry(self, key: str) -> _Entry:
+        with self._lock:
+            entry = self._objects.get(key)
+        if entry is None:
+            raise ObjectMissing(key)
+        return entry
+
+    def get(self, key: str) -> StoredObject:
+        e = self._get_entry(key)
+        return StoredObject(key, e.data, e.etag, e.modified, dict(e.metadata))
+
+    def head(self, key: str) -> ObjectInfo:
+        e = self._get_entry(key)
+        return ObjectInfo(key, len(e.data), e.etag, e.modified, dict(e.metadata))
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        with self._lock:
+            keys = sorted(k for k in self._objects if k.startswith(prefix))
+            snapshot = {k: self._objects[k] for k in keys}
+
+        def info(key: str) -> ObjectInfo:
+            e = snapshot[key]
+            return ObjectInfo(key, len(e.data), e.etag, e.modified)
+
+        return page_of(keys, info, prefix, start_after, max_keys, delimiter)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        batch = list(keys)
+        with self._lock:
+            for key in batch:
+                self._objects.pop(key, None)
+        return (len(batch) + 999) // 1000
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        return dict(self._get_entry(key).tags)
+
+    def get_lifecycle(self) -> list[LifecycleRule]:
+        with self._lock:
+            return [dict(rule) for rule in self._lifecycle]
+
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
+        with self._lock:
+            self._lifecycle = [dict(rule) for rule in rules]
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        return iter(())
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        raise ObjectMissing(key)

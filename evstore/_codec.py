@@ -1,0 +1,221 @@
+"""Messages, event envelopes and manifests, encoded with msgspec as JSON.
+
+An event object is one JSON envelope. Its header (format version, session id,
+session uid, seq, timestamp, write id, prev hash, key id) is readable without
+any key; the body is either plain JSON (``body``) or sealed with AES-256-GCM
+(``sealed``, base64 of nonce || ciphertext). Pure functions only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from ._errors import IntegrityError, InvalidInputError
+
+FORMAT_VERSION = 1
+DEFAULT_MAX_EVENT_BYTES = 5 * 1024 * 1024
+ROLES = frozenset({"user", "assistant", "system", "tool"})
+
+Message = dict[str, Any]
+Retention = Literal["permanent", "ephemeral"]
+RETENTIONS: tuple[Retention, ...] = ("permanent", "ephemeral")
+
+
+class MessagesBody(msgspec.Struct, tag="messages", frozen=True):
+    """One message, or an atomic batch of messages from one append call."""
+
+    messages: list[Message]
+
+
+class RewindBody(msgspec.Struct, tag="rewind", frozen=True):
+    """Withdraws every message after position (to_seq, keep) from the context view.
+
+    Messages of events before ``to_seq`` stay; of event ``to_seq`` the first
+    ``keep`` stay (all of them when ``keep`` is None). ``to_seq`` 0 clears.
+    """
+
+    to_seq: int
+    keep: int | None = None
+
+
+Body = MessagesBody | RewindBody
+
+
+class Envelope(msgspec.Struct, omit_defaults=True, frozen=True):
+    v: int
+    sid: str
+    uid: str
+    seq: int
+    ts: str
+    wid: str
+    prev: str
+    kid: str | None = None
+    body: Body | None = None
+    sealed: str | None = None
+
+
+class ForkRef(msgspec.Struct, omit_defaults=True, frozen=True):
+    """The parent of a fork: its id and uid, the fork seq and the hash of its event there.
+
+    ``copied`` is true when the parent's events up to ``seq`` were copied into the
+    fork (forks of ephemeral sessions), so replay never reads the parent.
+    """
+
+    sid: str
+    uid: str
+    seq: int
+    hash: str
+    copied: bool = False
+
+
+class Manifest(msgspec.Struct, omit_defaults=True, frozen=True):
+    v: int
+    sid: str
+    uid: str
+    created: str
+    retention: Retention = "permanent"
+    parent: ForkRef | None = None
+    kid: str | None = None
+    salt: str | None = None
+
+
+class Tombstone(msgspec.Struct, frozen=True):
+    sid: str
+    uid: str
+    deleted: str
+
+
+_json_encoder = msgspec.json.Encoder()
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def format_ts(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def b64encode(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def validate_message(message: object) -> Message:
+    """Check one message's shape; unknown fields are kept as they are."""
+    if not isinstance(message, dict):
+        raise InvalidInputError(f"a message must be a JSON object, not {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise InvalidInputError(f"message role must be one of {', '.join(sorted(ROLES))}, not {role!r}"[:200])
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise InvalidInputError("message content must be text, a list of parts, or null")
+    for field, kind, name in (
+        ("tool_calls", list, "a list"),
+        ("tool_call_id", str, "text"),
+        ("name", str, "text"),
+        ("meta", dict, "an object"),
+    ):
+        value = message.get(field)
+        if value is not None and not isinstance(value, kind):
+            raise InvalidInputError(f"message field {field!r} must be {name} or null")
+    return message
+
+
+def decode_message_json(text: str | bytes) -> Message:
+    """One message from JSON text; ``InvalidInputError`` when it is not valid JSON or not a message."""
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise InvalidInputError(f"invalid JSON: {exc}") from None
+    return validate_message(value)
+
+
+def encode_json(value: object) -> bytes:
+    try:
+        return _json_encoder.encode(value)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidInputError(f"cannot encode as JSON: {exc}") from None
+
+
+def encode_body(body: Body, max_bytes: int) -> bytes:
+    data = encode_json(body)
+    if len(data) > max_bytes:
+        raise InvalidInputError(f"event of {len(data)} bytes exceeds the limit of {max_bytes} bytes")
+    return data
+
+
+def decode_body(data: bytes, session_id: str, seq: int) -> Body:
+    try:
+        return msgspec.json.decode(data, type=Body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise IntegrityError(session_id, seq, f"event body does not decode ({exc})") from None
+
+
+def header_aad(envelope: Envelope) -> bytes:
+    """Associated data binding a sealed body to its header and so to its place in the log."""
+    e = envelope
+    return _json_encoder.encode([e.v, e.sid, e.uid, e.seq, e.ts, e.wid, e.prev, e.kid])
+
+
+def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
+    """Decode an event object and check it belongs at (session_id, seq)."""
+    try:
+        envelope = msgspec.json.decode(data, type=Envelope)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise IntegrityError(session_id, seq, f"not a valid event object ({exc})") from None
+    if envelope.v != FORMAT_VERSION:
+        raise IntegrityError(session_id, seq, f"unsupported format version {envelope.v}")
+    if envelope.sid != session_id or envelope.seq != seq:
+        raise IntegrityError(session_id, seq, f"object belongs to seq {envelope.seq} of session {envelope.sid!r}"[:200])
+    if (envelope.body is None) == (envelope.sealed is None):
+        raise IntegrityError(session_id, seq, "event must carry exactly one of body or sealed")
+    if (envelope.sealed is None) != (envelope.kid is None):
+        raise IntegrityError(session_id, seq, "key id and sealed body must come together")
+    return envelope
+
+
+def encode_manifest(manifest: Manifest) -> bytes:
+    return _json_encoder.encode(manifest)
+
+
+def decode_manifest(data: bytes, session_id: str) -> Manifest:
+    try:
+        manifest = msgspec.json.decode(data, type=Manifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise IntegrityError(session_id, None, f"manifest does not decode ({exc})") from None
+    if manifest.v != FORMAT_VERSION:
+        raise IntegrityError(session_id, None, f"unsupported manifest version {manifest.v}")
+    if manifest.sid != session_id:
+        raise IntegrityError(session_id, None, f"manifest belongs to session {manifest.sid!r}"[:200])
+    if (manifest.kid is None) != (manifest.salt is None):
+        raise IntegrityError(session_id, None, "manifest key id and salt must come together")
+    if manifest.salt is not None:
+        try:
+            salt = b64decode(manifest.salt)
+        except (binascii.Error, ValueError):
+            salt = b""
+        if len(salt) != 32:
+            raise IntegrityError(session_id, None, "manifest salt is not 32 bytes of base64")
+    return manifest
+
+
+def decode_tombstone(data: bytes, session_id: str) -> Tombstone:
+    try:
+        return msgspec.json.decode(data, type=Tombstone)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise IntegrityError(session_id, None, f"tombstone does not decode ({exc})") from None

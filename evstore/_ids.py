@@ -1,0 +1,112 @@
+"""Session ids, seqs and the names of objects: the layout of format v1.
+
+::
+
+    <root>/sessions/<sid>/<seq>            one event; seq zero-padded to 20 digits
+    <root>/sessions/<sid>/manifest         created once, before the first event
+    <root>/sessions/<sid>/tombstone        written by delete; the session is gone
+    <root>/sessions/<sid>/forks/<c>@<uid>  one marker per fork c of this session
+    <root>/sessions/<sid>/segments/<a>-<b> a compaction segment holding events a..b
+
+Every name that is not a seq starts with a lowercase letter, so it sorts after
+all seqs: a LIST of a session yields its events in order, then the rest.
+Pure functions only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._errors import InvalidInputError
+
+SEQ_WIDTH = 20
+MAX_SEQ = 10**SEQ_WIDTH - 1
+SESSIONS = "sessions/"
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a valid id, else raise ``InvalidInputError``."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id) or ".." in session_id:
+        shown = repr(session_id)[:80] if isinstance(session_id, str) else type(session_id).__name__
+        raise InvalidInputError(
+            f"invalid session id {shown}: use 1-128 characters from A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit, without '..'"
+        )
+    return session_id
+
+
+def validate_seq(seq: object, *, allow_zero: bool = False) -> int:
+    low = 0 if allow_zero else 1
+    if isinstance(seq, bool) or not isinstance(seq, int) or not low <= seq <= MAX_SEQ:
+        raise InvalidInputError(f"invalid seq {seq!r}: expected an integer from {low} to {MAX_SEQ}")
+    return seq
+
+
+def format_seq(seq: int) -> str:
+    return f"{seq:0{SEQ_WIDTH}d}"
+
+
+def parse_seq(name: str) -> int | None:
+    """The seq named by the last component of a key, or None if it is not a seq."""
+    if len(name) == SEQ_WIDTH and name.isascii() and name.isdigit():
+        return int(name)
+    return None
+
+
+class Layout:
+    """Names the objects of one store root (the prefix inside the bucket)."""
+
+    def __init__(self, root: str = "") -> None:
+        root = root.strip("/")
+        self.root = root + "/" if root else ""
+        self.sessions = self.root + SESSIONS
+
+    def session_prefix(self, session_id: str) -> str:
+        return f"{self.sessions}{session_id}/"
+
+    def event_key(self, session_id: str, seq: int) -> str:
+        return self.session_prefix(session_id) + format_seq(seq)
+
+    def manifest_key(self, session_id: str) -> str:
+        return self.session_prefix(session_id) + "manifest"
+
+    def tombstone_key(self, session_id: str) -> str:
+        return self.session_prefix(session_id) + "tombstone"
+
+    def fork_marker_key(self, parent_id: str, child_id: str, child_uid: str) -> str:
+        return f"{self.session_prefix(parent_id)}forks/{child_id}@{child_uid}"
+
+    def segment_key(self, session_id: str, first: int, last: int) -> str:
+        return f"{self.session_prefix(session_id)}segments/{format_seq(first)}-{format_seq(last)}"
+
+    def after_events(self, session_id: str) -> str:
+        """A start-after key that skips every event of the session (lists its other objects)."""
+        return self.event_key(session_id, MAX_SEQ)
+
+    def split(self, key: str) -> tuple[str, str] | None:
+        """(session id, name within the session) for a key under sessions/, else None."""
+        if not key.startswith(self.sessions):
+            return None
+        session_id, slash, name = key[len(self.sessions) :].partition("/")
+        if not slash or not session_id:
+            return None
+        return session_id, name
+
+
+def parse_fork_marker(name: str) -> tuple[str, str] | None:
+    """(child id, child uid) from a session-relative name ``forks/<c>@<uid>``."""
+    if not name.startswith("forks/"):
+        return None
+    child, at, uid = name[len("forks/") :].rpartition("@")
+    return (child, uid) if at and child and uid else None
+
+
+def parse_segment(name: str) -> tuple[int, int] | None:
+    """(first, last) seq from a session-relative name ``segments/<a>-<b>``."""
+    if not name.startswith("segments/"):
+        return None
+    first, dash, last = name[len("segments/") :].partition("-")
+    a, b = parse_seq(first), parse_seq(last)
+    return (a, b) if dash and a is not None and b is not None and a <= b else None

@@ -1,0 +1,934 @@
+"""The store: sessions over an object-store backend. It owns the invariants of
+the design (single writer per seq, exactly-once appends, the hash chain, forks
+that never break); the pure pieces (ids, codec, crypto, views) do the rest.
+
+Requests per operation (N = events, S = segments):
+
+* append, steady state: 1 PUT. A 412 costs one GET to tell a lost response of
+  our own (success) from another writer's event (conflict).
+* open an existing session for append: GET manifest, LIST of its non-event
+  objects, LIST from the newest segment (or seq 1), GET of the head event:
+  4 requests while fewer than 1,000 events follow the newest segment; beyond
+  that, HEAD probes that gallop and bisect: O(log N) in the worst case.
+* create: HEAD tombstone, PUT manifest; the first append needs no lookup.
+* fork at a seq: GET parent manifest, GET the parent's event at the seq,
+  HEAD target tombstone, PUT marker, PUT manifest, HEAD parent tombstone: 6,
+  whatever the parent's length.
+* replay: GET manifest, LIST of non-event objects, one GET per segment, then
+  a LIST per 1,000 loose events and their GETs, ``concurrency`` at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import msgspec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ._backends import ObjectExists, ObjectMissing, ObjectStore
+from ._chain import Receipt
+from ._codec import (
+    DEFAULT_MAX_EVENT_BYTES,
+    FORMAT_VERSION,
+    RETENTIONS,
+    Body,
+    Envelope,
+    ForkRef,
+    Manifest,
+    Message,
+    MessagesBody,
+    Retention,
+    RewindBody,
+    Tombstone,
+    b64decode,
+    b64encode,
+    decode_body,
+    decode_envelope,
+    decode_manifest,
+    encode_body,
+    encode_json,
+    encode_manifest,
+    format_ts,
+    header_aad,
+    sha256_hex,
+    validate_message,
+)
+from ._crypto import Keyring, derive_session_key, new_salt, open_sealed, seal
+from ._errors import (
+    IntegrityError,
+    InvalidInputError,
+    KeyRequiredError,
+    SessionExpiredError,
+    SessionNotFoundError,
+    WriteConflictError,
+)
+from ._ids import Layout, parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
+from ._views import ContextFolder, Event, Position, Repair
+
+#: Object metadata (``x-amz-meta-evstore-write-id``) naming the append that wrote an event.
+WRITE_ID_METADATA = "evstore-write-id"
+#: The tag every object of an ephemeral session carries, set by the PUT itself.
+RETENTION_TAG = "evstore-retention"
+_SEGMENT_MAGIC = b"evstore-segment\n"
+
+
+class SessionExistsError(WriteConflictError):
+    """A session (or fork) of that id already exists."""
+
+    def __init__(self, session_id: str, detail: str = "already exists") -> None:
+        Exception.__init__(self, f"session {session_id!r} {detail}")
+        self.session_id = session_id
+        self.seq = 0
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    uid: str
+    created: str
+    retention: Retention
+    head: int
+    key_id: str | None
+    parent: ForkRef | None
+    forks: list[str] = field(default_factory=list)
+    segments: int = 0
+
+    @property
+    def encrypted(self) -> bool:
+        return self.key_id is not None
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    session_id: str
+    removed: int
+    kept_for_forks: list[str]
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    session_id: str
+    receipt: Receipt
+    events: int
+    sealed_checked: int
+    sealed_unchecked: int
+    expected: Receipt | None = None
+
+
+class _SegmentHeader(msgspec.Struct):
+    sid: str
+    uid: str
+    first: int
+    lengths: list[int]
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """A session's objects other than events, from one listing."""
+
+    tombstone: bool = False
+    segments: list[tuple[int, int]] = field(default_factory=list)
+    forks: list[tuple[str, str]] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    manifest: Manifest
+    genesis: str  # sha256 of the manifest bytes: the prev of seq 1
+    meta: _Meta
+
+    @property
+    def first_own(self) -> int:
+        parent = self.manifest.parent
+        return parent.seq + 1 if parent is not None and not parent.copied else 1
+
+
+@dataclass(frozen=True)
+class _RawEvent:
+    session_id: str
+    seq: int
+    data: bytes
+    envelope: Envelope
+    hash: str
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _as_messages(message: Message | Iterable[Message]) -> list[Message]:
+    if isinstance(message, dict):
+        return [validate_message(message)]
+    messages = [validate_message(m) for m in message]
+    if not messages:
+        raise InvalidInputError("an append needs at least one message")
+    return messages
+
+
+class Store:
+    """Sessions in one store root of one backend. Safe to share between threads."""
+
+    def __init__(
+        self,
+        backend: ObjectStore,
+        *,
+        root: str = "",
+        keyring: Keyring | None = None,
+        require_encryption: bool = False,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        concurrency: int = 16,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.backend = backend
+        self.layout = Layout(root)
+        self.keyring = keyring or Keyring()
+        self.require_encryption = require_encryption
+        self.max_event_bytes = max_event_bytes
+        self.concurrency = max(1, concurrency)
+        self.clock = clock
+        self._keys: dict[tuple[str, str, str], AESGCM] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Store({self.backend.location!r}, root={self.layout.root!r})"
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.backend.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- reading the pieces of a session ----------------------------------
+
+    def _read_manifest(self, session_id: str) -> tuple[Manifest, str] | None:
+        try:
+            stored = self.backend.get(self.layout.manifest_key(session_id))
+        except ObjectMissing:
+            return None
+        return decode_manifest(stored.data, session_id), sha256_hex(stored.data)
+
+    def _read_meta(self, session_id: str) -> _Meta:
+        prefix = self.layout.session_prefix(session_id)
+        tombstone = False
+        segments: list[tuple[int, int]] = []
+        forks: list[tuple[str, str]] = []
+        extra: list[str] = []
+        for info in self.backend.list(prefix, start_after=self.layout.after_events(session_id)):
+            name = info.key[len(prefix) :]
+            if name == "tombstone":
+                tombstone = True
+            elif (segment := parse_segment(name)) is not None:
+                segments.append(segment)
+            elif (fork := parse_fork_marker(name)) is not None:
+                forks.append(fork)
+            else:
+                extra.append(name)
+        return _Meta(tombstone, sorted(segments), forks, extra)
+
+    def _gone(self, session_id: str) -> SessionNotFoundError | SessionExpiredError:
+        """The error for a session without a manifest: expired if events remain, else not found."""
+        prefix = self.layout.session_prefix(session_id)
+        page = self.backend.list_page(prefix, max_keys=1)
+        if page.objects and parse_seq(page.objects[0].key[len(prefix) :]) is not None:
+            return SessionExpiredError(session_id, "its manifest is gone but events remain")
+        if page.objects and page.objects[0].key.endswith("/tombstone"):
+            return SessionNotFoundError(session_id, "was deleted")
+        return SessionNotFoundError(session_id)
+
+    def _load(self, session_id: str, *, deleted_ok: bool = False) -> _Loaded:
+        validate_session_id(session_id)
+        found = self._read_manifest(session_id)
+        if found is None:
+            raise self._gone(session_id)
+        manifest, genesis = found
+        meta = self._read_meta(session_id)
+        if meta.tombstone and not deleted_ok:
+            raise SessionNotFoundError(session_id, "was deleted")
+        return _Loaded(manifest, genesis, meta)
+
+    def _exists(self, session_id: str, seq: int) -> bool:
+        try:
+            self.backend.head(self.layout.event_key(session_id, seq))
+        except ObjectMissing:
+            return False
+        return True
+
+    def _find_head(self, loaded: _Loaded) -> int:
+        """The highest seq of the session, starting from its newest segment.
+
+        One LIST when fewer than 1,000 events follow the newest segment;
+        otherwise HEAD probes gallop up from the end of that page (doubling the
+        step) and then bisect, until 1,000 events remain for a final LIST.
+        Raises ``SessionExpiredError`` when the session's first own event is gone.
+        """
+        session_id = loaded.manifest.sid
+        prefix = self.layout.session_prefix(session_id)
+        floor = max((last for _, last in loaded.meta.segments), default=0)
+
+        def tail_from(seq: int) -> tuple[list[int], bool]:
+            start = self.layout.event_key(session_id, seq) if seq else ""
+            page = self.backend.list_page(prefix, start_after=start)
+            seqs = [s for o in page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None]
+            return seqs, page.truncated and len(seqs) == len(page.objects)
+
+        seqs, more = tail_from(floor)
+        if floor == 0 and seqs and seqs[0] > loaded.first_own:
+            raise SessionExpiredError(session_id, f"its first events are gone (seq {loaded.first_own} is missing)")
+        low = seqs[-1] if seqs else floor
+        if not more:
+            return max(low, loaded.first_own - 1)
+        step = 1000
+        while self._exists(session_id, low + step):
+            low += step
+            step *= 2
+        high = low + step  # known absent
+        while high - low > 1000:
+            middle = (low + high) // 2
+            if self._exists(session_id, middle):
+                low = middle
+            else:
+                high = middle
+        seqs, _ = tail_from(low)
+        return seqs[-1] if seqs else low
+
+    def _session_key(self, manifest: Manifest, key_id: str) -> AESGCM:
+        cache_key = (manifest.sid, manifest.uid, key_id)
+        key = self._keys.get(cache_key)
+        if key is None:
+            master = self.keyring.get(key_id)
+            if master is None:
+                raise KeyRequiredError(manifest.sid, key_id)
+            salt = self._salt(manifest)
+            key = derive_session_key(master, salt, manifest.sid)
+            self._keys[cache_key] = key
+        return key
+
+    def _salt(self, manifest: Manifest) -> bytes:
+        if manifest.salt is not None:
+            return b64decode(manifest.salt)
+        # a plaintext session encrypted later by rekey keeps its salt beside the manifest
+        try:
+            stored = self.backend.get(self.layout.session_prefix(manifest.sid) + "salt")
+        except ObjectMissing:
+            raise IntegrityError(manifest.sid, None, "sealed events but no salt: the session was shredded") from None
+        salt = b64decode(stored.data.decode("ascii", "replace"))
+        if len(salt) != 32:
+            raise IntegrityError(manifest.sid, None, "salt object is not 32 bytes of base64")
+        return salt
+
+    def _open_body(self, manifest: Manifest, raw: _RawEvent) -> Body:
+        envelope = raw.envelope
+        if envelope.body is not None:
+            return envelope.body
+        assert envelope.sealed is not None and envelope.kid is not None
+        key = self._session_key(manifest, envelope.kid)
+        try:
+            sealed = b64decode(envelope.sealed)
+        except ValueError:
+            raise IntegrityError(raw.session_id, raw.seq, "sealed body is not base64") from None
+        plaintext = open_sealed(key, sealed, header_aad(envelope))
+        if plaintext is None:
+            raise IntegrityError(
+                raw.session_id, raw.seq, f"authentication failed under key id {envelope.kid!r} (wrong key or altered object)"
+            )
+        return decode_body(plaintext, raw.session_id, raw.seq)
+
+    def _decode_raw(self, manifest: Manifest, seq: int, data: bytes) -> _RawEvent:
+        envelope = decode_envelope(data, manifest.sid, seq)
+        if envelope.uid != manifest.uid:
+            raise IntegrityError(manifest.sid, seq, "event belongs to another incarnation of the session")
+        return _RawEvent(manifest.sid, seq, data, envelope, sha256_hex(data))
+
+    # ---- the event stream ---------------------------------------------------
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="evstore-get")
+            return self._pool
+
+    def _get_event_bytes(self, session_id: str, seq: int) -> bytes | None:
+        try:
+            return self.backend.get(self.layout.event_key(session_id, seq)).data
+        except ObjectMissing:
+            return None
+
+    def _loose_events(self, session_id: str, start: int, end: int | None) -> Iterator[tuple[int, bytes | None]]:
+        """(seq, bytes) of listed events from ``start`` on, in order, fetched ``concurrency`` at a time."""
+        prefix = self.layout.session_prefix(session_id)
+        after = self.layout.event_key(session_id, start - 1) if start > 1 else ""
+
+        def seqs() -> Iterator[int]:
+            for info in self.backend.list(prefix, start_after=after):
+                seq = parse_seq(info.key[len(prefix) :])
+                if seq is None or (end is not None and seq > end):
+                    return
+                yield seq
+
+        pending: deque[tuple[int, Future[bytes | None]]] = deque()
+        pool = self._executor()
+        try:
+            for seq in seqs():
+                pending.append((seq, pool.submit(self._get_event_bytes, session_id, seq)))
+                if len(pending) >= self.concurrency * 2:
+                    done_seq, future = pending.popleft()
+                    yield done_seq, future.result()
+            while pending:
+                done_seq, future = pending.popleft()
+                yield done_seq, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
+
+    def _segment_events(self, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+        key = self.layout.segment_key(session_id, first, last)
+        try:
+            data = self.backend.get(key).data
+        except ObjectMissing:
+            return []
+        return unpack_segment(data, session_id, uid, first, last)
+
+    def _own_raw(self, loaded: _Loaded, start: int, end: int | None) -> Iterator[_RawEvent]:
+        """The session's own events in [start, end], from segments then loose objects, in order."""
+        manifest = loaded.manifest
+        sid = manifest.sid
+        cursor = max(start, loaded.first_own)
+        for first, last in loaded.meta.segments:
+            if last < cursor or first > cursor or (end is not None and cursor > end):
+                continue
+            events = self._segment_events(sid, manifest.uid, first, last)
+            if not events:
+                break  # removed meanwhile (rekey, gc): the loose events are still there
+            for seq, data in events:
+                if seq >= cursor and (end is None or seq <= end):
+                    yield self._decode_raw(manifest, seq, data)
+            cursor = last + 1
+        if end is not None and cursor > end:
+            return
+        expected = cursor
+        for seq, listed in self._loose_events(sid, cursor, end):
+            if seq != expected or listed is None:
+                missing = expected if seq != expected else seq
+                if missing == loaded.first_own:
+                    raise SessionExpiredError(sid, f"its first events are gone (seq {missing} is missing)")
+                raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
+            yield self._decode_raw(manifest, seq, listed)
+            expected += 1
+
+    def _lineage(self, loaded: _Loaded, start: int, end: int | None) -> Iterator[tuple[Manifest, _RawEvent]]:
+        """Events of the session and its ancestors in [start, end], in order, with the chain checked.
+
+        Each event's ``prev`` must be the hash of the event before it; the first
+        event's is checked too when the range starts at 1 (against the manifest)
+        or at a fork's first own seq (against the recorded parent hash).
+        """
+        manifest = loaded.manifest
+        parent = manifest.parent
+        prev: str | None = loaded.genesis if start <= 1 else None
+        if parent is not None and not parent.copied:
+            if start <= parent.seq:
+                ancestor = self._load(parent.sid, deleted_ok=True)
+                if ancestor.manifest.uid != parent.uid:
+                    raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
+                last: _RawEvent | None = None
+                for item in self._lineage(ancestor, start, min(parent.seq, end) if end is not None else parent.seq):
+                    last = item[1]
+                    yield item
+                if last is not None and last.seq == parent.seq and last.hash != parent.hash:
+                    raise IntegrityError(
+                        manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
+                    )
+            prev = parent.hash if start <= parent.seq + 1 else None
+        for raw in self._own_raw(loaded, start, end):
+            if prev is not None and raw.envelope.prev != prev:
+                raise IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+            prev = raw.hash
+            yield manifest, raw
+
+    def _check_range(self, start: int, end: int | None) -> None:
+        validate_seq(start)
+        if end is not None:
+            validate_seq(end, allow_zero=True)
+
+    # ---- public reading -----------------------------------------------------
+
+    def replay(self, session_id: str, *, start: int = 1, end: int | None = None) -> Iterator[Event]:
+        """The audit view: every event in [start, end] (a fork's inherited ones included), streamed.
+
+        Raises ``SessionNotFoundError``, ``SessionExpiredError``, ``IntegrityError``
+        (at the first event that does not decode, authenticate or chain) or
+        ``KeyRequiredError`` — lazily, as iteration reaches the problem.
+        """
+        self._check_range(start, end)
+        loaded = self._load(session_id)
+        for manifest, raw in self._lineage(loaded, start, end):
+            env = raw.envelope
+            yield Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, self._open_body(manifest, raw))
+
+    def _folded(self, session_id: str) -> ContextFolder:
+        folder = ContextFolder()
+        for event in self.replay(session_id):
+            folder.add(event.seq, event.body)
+        return folder
+
+    def context(self, session_id: str, *, repair: Repair = "error") -> list[Message]:
+        """The context view: what an agent should send to a model next (see ``evstore._views``)."""
+        if repair not in ("error", "drop", "none"):
+            raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")
+        return self._folded(session_id).messages(repair)
+
+    def info(self, session_id: str) -> SessionInfo:
+        loaded = self._load(session_id)
+        head = self._find_head(loaded)
+        manifest = loaded.manifest
+        forks = [child for child, _ in loaded.meta.forks]
+        return SessionInfo(
+            session_id,
+            manifest.uid,
+            manifest.created,
+            manifest.retention,
+            head,
+            manifest.kid,
+            manifest.parent,
+            sorted(set(forks)),
+            len(loaded.meta.segments),
+        )
+
+    def list_sessions(self, prefix: str = "", *, start_after: str = "", limit: int | None = None) -> Iterator[str]:
+        """Session ids in order (deleted and expired remnants included), one LIST per 1,000."""
+        if prefix and not all(c.isalnum() or c in "._-" for c in prefix):
+            raise InvalidInputError(f"invalid session id prefix {prefix[:80]!r}")
+        after = self.layout.session_prefix(start_after) if start_after else ""
+        count = 0
+        while True:
+            page = self.backend.list_page(self.layout.sessions + prefix, start_after=after, delimiter="/")
+            for common in page.prefixes:
+                yield common[len(self.layout.sessions) : -1]
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not page.truncated:
+                return
+            after = page.next_start_after
+
+    def verify(self, session_id: str, *, expect: Receipt | None = None) -> VerifyResult:
+        """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt.
+
+        With ``expect``, fail (``IntegrityError``) unless the log still extends
+        that receipt: its event at ``expect.seq`` has ``expect.hash``.
+        """
+        loaded = self._load(session_id)
+        head = Receipt(0, loaded.genesis)
+        events = checked = unchecked = 0
+        expected_found = expect is None or expect.seq == 0
+        for manifest, raw in self._lineage(loaded, 1, None):
+            events += 1
+            if raw.envelope.kid is not None:
+                if self.keyring.get(raw.envelope.kid) is None:
+                    unchecked += 1
+                else:
+                    self._open_body(manifest, raw)
+                    checked += 1
+            else:
+                self._open_body(manifest, raw)
+            if expect is not None and raw.seq == expect.seq:
+                if raw.hash != expect.hash:
+                    raise IntegrityError(
+                        session_id, raw.seq, f"does not match receipt {expect.seq}:{expect.hash[:12]}… (history rewritten)"
+                    )
+                expected_found = True
+            head = Receipt(raw.seq, raw.hash)
+        if not expected_found:
+            assert expect is not None
+            raise IntegrityError(
+                session_id, expect.seq, f"receipt names seq {expect.seq} but the log ends at {head.seq} (truncated)"
+            )
+        return VerifyResult(session_id, head, events, checked, unchecked, expect)
+
+    # ---- writing ------------------------------------------------------------
+
+    def _new_manifest(self, session_id: str, retention: Retention, parent: ForkRef | None) -> Manifest:
+        if retention not in RETENTIONS:
+            raise InvalidInputError(f"retention must be permanent or ephemeral, not {retention!r:.40}")
+        kid = self.keyring.active
+        if kid is None and self.require_encryption:
+            raise InvalidInputError("encryption is required but no key is configured (EVSTORE_KEY or EVSTORE_KEYRING)")
+        return Manifest(
+            FORMAT_VERSION,
+            session_id,
+            uuid.uuid4().hex,
+            format_ts(self.clock()),
+            retention,
+            parent,
+            kid,
+            b64encode(new_salt()) if kid is not None else None,
+        )
+
+    def tags_for(self, retention: Retention) -> dict[str, str]:
+        return {RETENTION_TAG: "ephemeral"} if retention == "ephemeral" else {}
+
+    def _create_manifest(self, manifest: Manifest) -> str:
+        """PUT the manifest if the id is free; return the sha256 of its bytes."""
+        sid = manifest.sid
+        if self._tombstoned(sid):
+            raise SessionExistsError(sid, "was deleted and is kept for its forks until gc removes it")
+        data = encode_manifest(manifest)
+        try:
+            self.backend.create(self.layout.manifest_key(sid), data, tags=self.tags_for(manifest.retention))
+        except ObjectExists:
+            raise SessionExistsError(sid) from None
+        return sha256_hex(data)
+
+    def _tombstoned(self, session_id: str) -> bool:
+        try:
+            self.backend.head(self.layout.tombstone_key(session_id))
+        except ObjectMissing:
+            return False
+        return True
+
+    def create(self, session_id: str, *, retention: Retention = "permanent") -> Session:
+        """Create a new, empty session; ``SessionExistsError`` if the id is taken."""
+        validate_session_id(session_id)
+        manifest = self._new_manifest(session_id, retention, None)
+        genesis = self._create_manifest(manifest)
+        return Session(self, manifest, 0, genesis)
+
+    def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> Session:
+        """A writer for the session, at its current head. With ``create``, a missing session is created."""
+        validate_session_id(session_id)
+        if create and self._read_manifest(session_id) is None:
+            try:
+                return self.create(session_id, retention=retention)
+            except SessionExistsError:
+                pass  # created concurrently (or deleted): open what is there
+        loaded = self._load(session_id)
+        return Session(self, loaded.manifest, *self._head_state(loaded, self._find_head(loaded)))
+
+    def _head_state(self, loaded: _Loaded, head: int) -> tuple[int, str]:
+        """(head, hash of the head event): what the next append chains to."""
+        manifest = loaded.manifest
+        parent = manifest.parent
+        if head < loaded.first_own:
+            if parent is not None and not parent.copied:
+                return parent.seq, parent.hash
+            return 0, loaded.genesis
+        data = self._get_event_bytes(manifest.sid, head)
+        if data is None:
+            raise IntegrityError(manifest.sid, head, "head event vanished while opening")
+        return head, self._decode_raw(manifest, head, data).hash
+
+    def _event_hash(self, loaded: _Loaded, seq: int) -> str:
+        """The hash of the lineage's event at ``seq`` (an ancestor's for inherited seqs)."""
+        manifest = loaded.manifest
+        parent = manifest.parent
+        if parent is not None and not parent.copied and seq <= parent.seq:
+            if seq == parent.seq:
+                return parent.hash
+            return self._event_hash(self._load(parent.sid, deleted_ok=True), seq)
+        data = self._get_event_bytes(manifest.sid, seq)
+        if data is None:
+            raise InvalidInputError(f"session {manifest.sid!r} has no event at seq {seq}")
+        return self._decode_raw(manifest, seq, data).hash
+
+    def fork(self, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> Session:
+        """Fork ``source`` at ``at`` (default: its head) into a new session ``target``; return its writer.
+
+        The fork is a manifest that names the parent, the fork seq and the hash
+        of the parent's event there, plus a marker in the parent's prefix that
+        keeps the parent's events while the fork lives: O(1) requests. A fork
+        of an ephemeral session copies the events up to ``at`` instead, since
+        the bucket's lifecycle rules would otherwise remove them under the fork.
+        """
+        validate_session_id(target)
+        if at is not None:
+            validate_seq(at)
+        if source == target:
+            raise InvalidInputError("a session cannot be forked into itself")
+        loaded = self._load(source)
+        if at is None:
+            at = self._find_head(loaded)
+            if at == 0:
+                raise InvalidInputError(f"session {source!r} has no events to fork")
+        parent_manifest = loaded.manifest
+        retention = retention or parent_manifest.retention
+        if parent_manifest.retention == "ephemeral":
+            return self._fork_by_copy(loaded, target, at, retention)
+        ref = ForkRef(source, parent_manifest.uid, at, self._event_hash(loaded, at))
+        manifest = self._new_manifest(target, retention, ref)
+        if self._tombstoned(target):
+            raise SessionExistsError(target, "was deleted and is kept for its forks until gc removes it")
+        marker = self.layout.fork_marker_key(source, target, manifest.uid)
+        self.backend.create(marker, encode_json({"seq": at}), tags=self.tags_for(retention))
+        try:
+            self.backend.create(self.layout.manifest_key(target), encode_manifest(manifest), tags=self.tags_for(retention))
+        except ObjectExists:
+            self.backend.delete_many([marker])
+            raise SessionExistsError(target) from None
+        if self._tombstoned(source):
+            # a delete of the parent raced us and did not see the marker: back out
+            self.backend.delete_many([self.layout.manifest_key(target), marker])
+            raise SessionNotFoundError(source, "was deleted")
+        return Session(self, manifest, ref.seq, ref.hash)
+
+    def _fork_by_copy(self, loaded: _Loaded, target: str, at: int, retention: Retention) -> Session:
+        events = list(self.replay(loaded.manifest.sid, end=at))
+        if not events or events[-1].seq != at:
+            raise InvalidInputError(f"session {loaded.manifest.sid!r} has no event at seq {at}")
+        ref = ForkRef(loaded.manifest.sid, loaded.manifest.uid, at, events[-1].hash, copied=True)
+        manifest = self._new_manifest(target, retention, ref)
+        session = Session(self, manifest, 0, self._create_manifest(manifest))
+        for event in events:
+            session._append_body(event.body, None)
+        return session
+
+    def delete(self, session_id: str) -> DeleteResult:
+        """Delete a session. Its objects stay while a live fork needs them (gc reclaims them later)."""
+        loaded = self._load(session_id)
+        manifest = loaded.manifest
+        tombstone = Tombstone(session_id, manifest.uid, format_ts(self.clock()))
+        try:
+            self.backend.create(
+                self.layout.tombstone_key(session_id), encode_json(tombstone), tags=self.tags_for(manifest.retention)
+            )
+        except ObjectExists:
+            raise SessionNotFoundError(session_id, "was deleted") from None
+        live = self.live_forks(session_id, manifest.uid)
+        if live:
+            return DeleteResult(session_id, 0, live)
+        return DeleteResult(session_id, self.purge(session_id), [])
+
+    def live_forks(self, session_id: str, uid: str) -> list[str]:
+        """Forks of the session whose manifests still exist (a deleted fork's too, while it is kept)."""
+        live = []
+        for child, child_uid in self._read_meta(session_id).forks:
+            found = self._read_manifest(child)
+            if found is not None and found[0].uid == child_uid and found[0].parent is not None and found[0].parent.uid == uid:
+                live.append(child)
+        return sorted(live)
+
+    def purge(self, session_id: str) -> int:
+        """Remove every object of the session, the tombstone last; return how many."""
+        prefix = self.layout.session_prefix(session_id)
+        tombstone = self.layout.tombstone_key(session_id)
+        removed = 0
+        batch: list[str] = []
+        for info in self.backend.list(prefix):
+            if info.key != tombstone:
+                batch.append(info.key)
+            if len(batch) == 1000:
+                removed += len(batch)
+                self.backend.delete_many(batch)
+                batch = []
+        removed += len(batch)
+        self.backend.delete_many([*batch, tombstone])
+        return removed + 1
+
+    def compact(self, session_id: str, *, segment_size: int = 1000) -> list[tuple[int, int]]:
+        """Pack full runs of ``segment_size`` loose events into segment objects; return the new ones.
+
+        Loose events are never deleted, so no seq slot is ever freed: a stale
+        writer still meets ``If-None-Match`` at every seq. A segment holds the
+        exact bytes of its events, so the chain and verify read it as they read them.
+        """
+        if not 2 <= segment_size <= 100_000:
+            raise InvalidInputError("segment size must be from 2 to 100000")
+        loaded = self._load(session_id)
+        manifest = loaded.manifest
+        start = max([loaded.first_own] + [last + 1 for _, last in loaded.meta.segments])
+        made: list[tuple[int, int]] = []
+        run: list[tuple[int, bytes]] = []
+        for raw in self._own_raw(_Loaded(manifest, loaded.genesis, _Meta()), start, None):
+            run.append((raw.seq, raw.data))
+            if len(run) == segment_size:
+                first, last = run[0][0], run[-1][0]
+                with contextlib.suppress(ObjectExists):  # another compactor made the same segment
+                    self.backend.create(
+                        self.layout.segment_key(session_id, first, last),
+                        pack_segment(session_id, manifest.uid, run),
+                        tags=self.tags_for(manifest.retention),
+                    )
+                made.append((first, last))
+                run = []
+        return made
+
+
+def pack_segment(session_id: str, uid: str, events: list[tuple[int, bytes]]) -> bytes:
+    header = _SegmentHeader(session_id, uid, events[0][0], [len(data) for _, data in events])
+    return _SEGMENT_MAGIC + msgspec.json.encode(header) + b"\n" + b"".join(data for _, data in events)
+
+
+def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+    bad = IntegrityError(session_id, first, f"segment {first}-{last} does not decode")
+    if not data.startswith(_SEGMENT_MAGIC):
+        raise bad
+    line_end = data.find(b"\n", len(_SEGMENT_MAGIC))
+    try:
+        header = msgspec.json.decode(data[len(_SEGMENT_MAGIC) : line_end], type=_SegmentHeader)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad from None
+    if (
+        line_end < 0
+        or header.sid != session_id
+        or header.uid != uid
+        or header.first != first
+        or len(header.lengths) != last - first + 1
+        or any(n < 0 for n in header.lengths)
+        or sum(header.lengths) != len(data) - line_end - 1
+    ):
+        raise bad
+    events = []
+    offset = line_end + 1
+    for i, length in enumerate(header.lengths):
+        events.append((first + i, data[offset : offset + length]))
+        offset += length
+    return events
+
+
+class Session:
+    """A writer for one session. Keeps the head in memory: a steady-state append is one PUT.
+
+    Not thread-safe: give each thread its own writer (``store.open``); the
+    store's conditional PUTs keep writers of one session from overwriting
+    each other.
+    """
+
+    def __init__(self, store: Store, manifest: Manifest, head: int, head_hash: str) -> None:
+        self.store = store
+        self.manifest = manifest
+        self._head = head
+        self._head_hash = head_hash
+
+    @property
+    def id(self) -> str:
+        return self.manifest.sid
+
+    @property
+    def head(self) -> int:
+        """The seq of the newest event this writer knows of (0 for an empty session)."""
+        return self._head
+
+    @property
+    def head_hash(self) -> str:
+        return self._head_hash
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, head={self._head})"
+
+    def append(self, message: Message | Iterable[Message], *, expected_head: int | None = None) -> int:
+        """Append one message, or a list of messages as one atomic event; return its seq.
+
+        ``expected_head``: fail with ``WriteConflictError`` unless the session's
+        head is that seq (optimistic concurrency, as EventStoreDB's expected version).
+        """
+        return self._append_body(MessagesBody(_as_messages(message)), expected_head)
+
+    def rewind(self, to_seq: int, *, keep: int | None = None, expected_head: int | None = None) -> int:
+        """Withdraw every message after ``to_seq`` (after its first ``keep`` messages) from the
+        context view. Nothing is deleted: the audit view keeps every event."""
+        validate_seq(to_seq, allow_zero=True)
+        if to_seq > self._head:
+            raise InvalidInputError(f"cannot rewind to seq {to_seq}: the head is {self._head}")
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
+            raise InvalidInputError("keep must be a non-negative integer")
+        return self._append_body(RewindBody(to_seq, keep), expected_head)
+
+    def pop(self) -> Message | None:
+        """Withdraw the newest message of the context view and return it (None when empty).
+
+        Reads the session to find it: O(N) requests, unlike append.
+        """
+        live = self.store._folded(self.id).positioned()
+        self._adopt_head()
+        if not live:
+            return None
+        position, message = live[-1]
+        self._append_body(RewindBody(position.seq, position.index), None)
+        return message
+
+    def clear(self) -> int:
+        """Withdraw every message from the context view (a rewind to seq 0)."""
+        return self._append_body(RewindBody(0, None), None)
+
+    def positioned(self) -> list[tuple[Position, Message]]:
+        return self.store._folded(self.id).positioned()
+
+    def refresh(self) -> int:
+        """Adopt events other writers appended since this writer's head; return the new head."""
+        self._adopt_head()
+        return self._head
+
+    def _adopt_head(self) -> None:
+        store = self.store
+        loaded = store._load(self.id)
+        if loaded.manifest.uid != self.manifest.uid:
+            raise SessionNotFoundError(self.id, "was deleted and created again")
+        head = store._find_head(loaded)
+        if head > self._head:
+            self._head, self._head_hash = store._head_state(loaded, head)
+
+    def _seal_key(self) -> tuple[str | None, AESGCM | None]:
+        store = self.store
+        encrypted = self.manifest.kid is not None
+        if not encrypted:
+            if store.require_encryption:
+                raise InvalidInputError(f"session {self.id!r} is plaintext and encryption is required: rekey it first")
+            return None, None
+        kid = store.keyring.active or self.manifest.kid
+        assert kid is not None
+        return kid, store._session_key(self.manifest, kid)
+
+    def _append_body(self, body: Body, expected_head: int | None) -> int:
+        store = self.store
+        if expected_head is not None and expected_head != self._head:
+            raise WriteConflictError(self.id, self._head + 1, f"expected head {expected_head} but it is {self._head}")
+        plaintext = encode_body(body, store.max_event_bytes)
+        kid, key = self._seal_key()
+        seq = self._head + 1
+        write_id = uuid.uuid4().hex
+        envelope = Envelope(
+            FORMAT_VERSION, self.id, self.manifest.uid, seq, format_ts(store.clock()), write_id, self._head_hash, kid
+        )
+        if key is None:
+            envelope = msgspec.structs.replace(envelope, body=body)
+        else:
+            envelope = msgspec.structs.replace(envelope, sealed=b64encode(seal(key, plaintext, header_aad(envelope))))
+        data = encode_json(envelope)
+        key_name = store.layout.event_key(self.id, seq)
+        try:
+            store.backend.create(
+                key_name, data, metadata={WRITE_ID_METADATA: write_id}, tags=store.tags_for(self.manifest.retention)
+            )
+        except ObjectExists:
+            data = self._resolve_taken(seq, write_id)
+        self._head, self._head_hash = seq, sha256_hex(data)
+        return seq
+
+    def _resolve_taken(self, seq: int, write_id: str) -> bytes:
+        """A 412 at ``seq``: our own earlier attempt (lost response) is success, else a conflict."""
+        store = self.store
+        try:
+            stored = store.backend.get(store.layout.event_key(self.id, seq))
+        except ObjectMissing:
+            raise WriteConflictError(self.id, seq, "the event there was removed meanwhile") from None
+        if stored.metadata.get(WRITE_ID_METADATA) == write_id:
+            return stored.data
+        raise WriteConflictError(self.id, seq)
+
+
+def default_concurrency() -> int:
+    return min(32, (os.cpu_count() or 2) * 8)

@@ -1,0 +1,85 @@
+"""Opening a store from a URL: ``s3://bucket[/root]``, ``file:///path``, ``memory://``."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._backends import LocalStore, MemoryStore, ObjectStore
+from ._crypto import Keyring
+from ._errors import InvalidInputError
+from ._store import Store
+
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def default_store_url(environ: Mapping[str, str] | None = None) -> str:
+    """``EVSTORE_STORE``, else a directory under the user's data directory."""
+    env = os.environ if environ is None else environ
+    if env.get("EVSTORE_STORE"):
+        return env["EVSTORE_STORE"]
+    if sys.platform == "win32":
+        base = Path(env.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return (base / "evstore").resolve().as_uri()
+
+
+def open_backend(
+    url: str, *, endpoint_url: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[ObjectStore, str]:
+    """The backend a URL names, and the store root inside it."""
+    env = os.environ if environ is None else environ
+    parsed = urllib.parse.urlsplit(url)
+    scheme = parsed.scheme.lower()
+    if parsed.query or parsed.fragment:
+        raise InvalidInputError(f"store URL {url[:100]!r} must not have a query or fragment")
+    if scheme == "memory":
+        return MemoryStore(), parsed.path.strip("/")
+    if scheme == "file":
+        if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
+            raise InvalidInputError(f"store URL {url[:100]!r}: use file:///absolute/path")
+        return LocalStore(urllib.parse.unquote(parsed.path)), ""
+    if scheme == "s3":
+        bucket = parsed.netloc
+        if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+            raise InvalidInputError(f"store URL {url[:100]!r}: {bucket[:70]!r} is not a valid bucket name")
+        root = parsed.path.strip("/")
+        if any(part in ("", ".", "..") for part in root.split("/")) and root:
+            raise InvalidInputError(f"store URL {url[:100]!r}: the root has an empty or dot segment")
+        from ._backends._s3 import S3Store  # boto3 is slow to import: only when needed
+
+        endpoint = endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        return S3Store(bucket, endpoint_url=endpoint), root
+    raise InvalidInputError(f"unsupported store URL {url[:100]!r}: use s3://bucket[/root], file:///path or memory://")
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    endpoint_url: str | None = None,
+    keyring: Keyring | None = None,
+    require_encryption: bool | None = None,
+    environ: Mapping[str, str] | None = None,
+    **options: object,
+) -> Store:
+    """Open the store a URL names (default: ``EVSTORE_STORE``, else the local data directory).
+
+    Keys come from ``EVSTORE_KEY``/``EVSTORE_KEYRING`` unless ``keyring`` is
+    given; ``EVSTORE_REQUIRE_ENCRYPTION=1`` refuses plaintext sessions.
+    ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``clock``).
+    """
+    env = os.environ if environ is None else environ
+    backend, root = open_backend(url or default_store_url(env), endpoint_url=endpoint_url, environ=env)
+    if keyring is None:
+        keyring = Keyring.from_env(env)
+    if require_encryption is None:
+        require_encryption = env.get("EVSTORE_REQUIRE_ENCRYPTION", "").strip().lower() in _TRUE
+    return Store(backend, root=root, keyring=keyring, require_encryption=require_encryption, **options)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Adapters to agent frameworks, one module each; each framework is an optional extra."""

@@ -1,0 +1,108 @@
+"""One conformance suite, run against every backend: memory, local directory,
+moto in process and moto's HTTP server."""
+
+from __future__ import annotations
+
+import pytest
+
+from evstore import ObjectStore
+from evstore._backends import ObjectExists, ObjectMissing, PreconditionFailed
+
+
+def test_create_stores_bytes_and_metadata(backend: ObjectStore) -> None:
+    etag = backend.create("a/b/1", b"one", metadata={"evstore-write-id": "w1"})
+    stored = backend.get("a/b/1")
+    assert stored.data == b"one"
+    assert stored.etag.strip('"') == etag.strip('"')
+    assert stored.metadata["evstore-write-id"] == "w1"
+    assert backend.head("a/b/1").metadata["evstore-write-id"] == "w1"
+    assert backend.head("a/b/1").size == 3
+
+
+def test_create_refuses_an_existing_key_and_keeps_the_first(backend: ObjectStore) -> None:
+    backend.create("k", b"first", metadata={"evstore-write-id": "w1"})
+    with pytest.raises(ObjectExists):
+        backend.create("k", b"second", metadata={"evstore-write-id": "w2"})
+    stored = backend.get("k")
+    assert stored.data == b"first"
+    assert stored.metadata["evstore-write-id"] == "w1"
+
+
+def test_replace_needs_the_current_etag(backend: ObjectStore) -> None:
+    etag = backend.create("k", b"v1")
+    new_etag = backend.replace("k", b"v2", etag=etag)
+    assert backend.get("k").data == b"v2"
+    with pytest.raises(PreconditionFailed):
+        backend.replace("k", b"v3", etag=etag)  # stale
+    assert backend.get("k").data == b"v2"
+    backend.replace("k", b"v3", etag=new_etag)
+    assert backend.get("k").data == b"v3"
+
+
+def test_replace_of_a_missing_key_fails(backend: ObjectStore) -> None:
+    with pytest.raises(PreconditionFailed):
+        backend.replace("missing", b"x", etag='"0123"')
+    with pytest.raises(ObjectMissing):
+        backend.get("missing")
+
+
+def test_get_and_head_of_missing_keys(backend: ObjectStore) -> None:
+    with pytest.raises(ObjectMissing):
+        backend.get("nope")
+    with pytest.raises(ObjectMissing):
+        backend.head("nope")
+
+
+def test_list_is_lexical_with_start_after_and_pages(backend: ObjectStore) -> None:
+    keys = [f"p/{i:05d}" for i in range(25)] + ["p/manifest", "q/other"]
+    for key in keys:
+        backend.create(key, b"x")
+    listed = [o.key for o in backend.list("p/")]
+    assert listed == sorted(k for k in keys if k.startswith("p/"))
+    assert [o.key for o in backend.list("p/", start_after="p/00020")] == [
+        "p/00021",
+        "p/00022",
+        "p/00023",
+        "p/00024",
+        "p/manifest",
+    ]
+    page = backend.list_page("p/", max_keys=10)
+    assert page.truncated and len(page.objects) == 10
+    assert [o.key for o in backend.list("p/", page_size=7)] == listed
+    assert all(o.size == 1 for o in backend.list("p/"))
+
+
+def test_list_with_delimiter_groups_prefixes(backend: ObjectStore) -> None:
+    for key in ["s/a/1", "s/a/2", "s/b/1", "s/c/x/1", "s/top"]:
+        backend.create(key, b"x")
+    page = backend.list_page("s/", delimiter="/")
+    assert page.prefixes == ["s/a/", "s/b/", "s/c/"]
+    assert [o.key for o in page.objects] == ["s/top"]
+    first = backend.list_page("s/", delimiter="/", max_keys=2)
+    assert first.prefixes == ["s/a/", "s/b/"] and first.truncated
+    rest = backend.list_page("s/", delimiter="/", start_after=first.next_start_after)
+    assert rest.prefixes == ["s/c/"]
+
+
+def test_delete_many_removes_and_ignores_missing(backend: ObjectStore) -> None:
+    for i in range(5):
+        backend.create(f"d/{i}", b"x")
+    backend.delete_many(["d/0", "d/1", "d/absent"])
+    assert [o.key for o in backend.list("d/")] == ["d/2", "d/3", "d/4"]
+    backend.create("d/0", b"again")  # a deleted key is free again
+    assert backend.get("d/0").data == b"again"
+
+
+def test_tags_set_at_create(backend: ObjectStore) -> None:
+    backend.create("t/1", b"x", tags={"evstore-retention": "ephemeral"})
+    backend.create("t/2", b"x")
+    assert backend.get_tags("t/1") == {"evstore-retention": "ephemeral"}
+    assert backend.get_tags("t/2") == {}
+
+
+def test_lifecycle_configuration_round_trips(backend: ObjectStore) -> None:
+    assert backend.get_lifecycle() == []
+    rule = {"ID": "r1", "Status": "Enabled", "Filter": {"Prefix": "x/"}, "Expiration": {"Days": 3}}
+    backend.put_lifecycle([rule])
+    (got,) = backend.get_lifecycle()
+    assert got["ID"] == "r1" and got["Expiration"] == {"Days": 3}
