@@ -1,8 +1,9 @@
 """Master keys, per-session keys and sealing. Pure functions only (no I/O but reading a keyring file).
 
-* A master key is 32 bytes. Its key id is given in a keyring, or, for a key
-  from ``EVSTORE_KEY``, derived from the key (a fingerprint that reveals nothing
-  useful about it), so that a session always names the key that sealed it.
+* A master key is 32 bytes, named by a key id that every session records.
+  A keyring file names its keys; a key from ``EVSTORE_KEY`` is called
+  ``EVSTORE_KEY_ID`` (default ``default``), so that the wrong key fails as an
+  integrity error at the first sealed event, not as a missing key.
 * Session key = HKDF-SHA256(master[kid], salt = manifest salt,
   info = ``evstore/v1/session/<sid>``), used with AES-256-GCM, a random 96-bit
   nonce per event, and the event header as associated data.
@@ -72,10 +73,8 @@ class Keyring:
             raise InvalidInputError(f"active key id {self.active!r:.70} is not in the keyring")
 
     @classmethod
-    def from_key(cls, key_b64: str) -> Keyring:
-        key = _decode_key(key_b64, "EVSTORE_KEY")
-        kid = key_fingerprint(key)
-        return cls({kid: key}, kid)
+    def from_key(cls, key_b64: str, key_id: str = "default") -> Keyring:
+        return cls({key_id: _decode_key(key_b64, "EVSTORE_KEY")}, key_id)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Keyring:
@@ -103,7 +102,7 @@ class Keyring:
             keys.update(ring.keys)
             active = ring.active
         if env.get("EVSTORE_KEY"):
-            single = cls.from_key(env["EVSTORE_KEY"])
+            single = cls.from_key(env["EVSTORE_KEY"], env.get("EVSTORE_KEY_ID") or "default")
             keys.update(single.keys)
             active = single.active
         return cls(keys, active)
