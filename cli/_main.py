@@ -376,6 +376,153 @@ def compact(state: Context, session: str, segment_size: int) -> None:
 
 
 @cli.command()
+@session_argument
+@pass_context
+def rekey(state: Context, session: str) -> None:
+    """Re-seal SESSION under the active key (encrypts a plaintext session). Receipts issued
+    before stay checkable through the rekey record it writes."""
+    result = state.store.rekey(session)
+    click.echo(
+        f"rekeyed {session} under key {result.key_id}: {result.resealed} events re-sealed, "
+        f"{result.already_current} already current" + (f"; recorded in {', '.join(result.records)}" if result.records else "")
+    )
+
+
+@cli.command()
+@session_argument
+@click.option("--include-forks", is_flag=True, help="Shred the session's live forks too (they read its events).")
+@pass_context
+def shred(state: Context, session: str, include_forks: bool) -> None:
+    """Destroy SESSION's salt, then every object: no surviving copy of its events can be opened."""
+    result = state.store.shred(session, include_forks=include_forks)
+    salt = "salt destroyed" if result.salt_destroyed else "plaintext session: no salt to destroy"
+    forks = f"; forks shredded: {', '.join(result.shredded_forks)}" if result.shredded_forks else ""
+    click.echo(f"shredded {session}: {salt}, {result.objects_removed} objects removed{forks}")
+
+
+@cli.command()
+@click.option("--dry-run", is_flag=True, help="Print the plan; change nothing.")
+@click.option("--grace", default="1d", show_default=True, help="Never touch objects younger than this (90s, 15m, 12h, 1d, 2w).")
+@click.option(
+    "--apply-lifecycle",
+    is_flag=True,
+    help="Also expire what the bucket's lifecycle rules would (for stores that never run them).",
+)
+@click.option(
+    "--keep", type=click.IntRange(min=0), help="Keep only the newest N ephemeral sessions whose ids start with --prefix."
+)
+@click.option("--prefix", default="", help="Only sessions whose id starts with this.")
+@click.option(
+    "--now", "now_text", metavar="TIME", help="Evaluate as of this time (YYYY-MM-DD or RFC 3339); for previews and tests."
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--verbose", "-v", is_flag=True, help="Print every object removed (always, with --dry-run).")
+@pass_context
+def gc(
+    state: Context,
+    dry_run: bool,
+    grace: str,
+    apply_lifecycle: bool,
+    keep: int | None,
+    prefix: str,
+    now_text: str | None,
+    as_json: bool,
+    verbose: bool,
+) -> None:
+    """Remove expired remnants, deleted sessions no fork needs, orphans and stale uploads."""
+    from evstore._gc import parse_duration, parse_time
+
+    if keep is not None and not prefix:
+        raise click.UsageError("--keep needs --prefix (which sessions the count applies to)")
+    progress = Progress(enabled=not as_json)
+
+    def on_remove(key: str, size: int, reason: str) -> None:
+        progress.tick()
+        if (dry_run or verbose) and not as_json:
+            progress.clear()
+            click.echo(f"{'would remove' if dry_run else 'removed'} {key} ({size} bytes): {reason}")
+
+    report = state.store.gc(
+        dry_run=dry_run,
+        grace=parse_duration(grace),
+        apply_lifecycle=apply_lifecycle,
+        keep=keep,
+        prefix=prefix,
+        now=parse_time(now_text) if now_text else None,
+        on_remove=on_remove,
+    )
+    progress.clear()
+    if as_json:
+        click.echo(msgspec.json.encode(report).decode())
+        return
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"gc: {report.sessions} sessions, {report.objects_scanned} objects scanned; {verb} {report.objects_removed} objects "
+        f"({report.bytes_removed} bytes) of {report.sessions_removed} sessions, {report.uploads_aborted} incomplete uploads; "
+        f"kept {report.kept_young} objects younger than the grace period; {report.requests} requests"
+    )
+    for reason, count in sorted(report.reasons.items()):
+        click.echo(f"  {reason}: {count}")
+
+
+@cli.group(cls=Group)
+def lifecycle() -> None:
+    """The bucket's lifecycle rules: ephemeral sessions expire by them."""
+
+
+@lifecycle.command("apply")
+@click.option("--ephemeral-days", type=click.IntRange(1, 36500), default=90, show_default=True)
+@pass_context
+def lifecycle_apply(state: Context, ephemeral_days: int) -> None:
+    """Install the rules (merged with the bucket's own; running it twice changes nothing)."""
+    changed, rules = state.store.apply_lifecycle(ephemeral_days)
+    click.echo(("installed" if changed else "unchanged") + f": {len(rules)} rules")
+
+
+@lifecycle.command("show")
+@pass_context
+def lifecycle_show(state: Context) -> None:
+    """Print the bucket's lifecycle rules as JSON."""
+    click.echo(msgspec.json.format(msgspec.json.encode(state.store.lifecycle_rules()), indent=2).decode())
+
+
+@lifecycle.command("preview")
+@click.option("--at", "at_text", required=True, metavar="DATE", help="YYYY-MM-DD or an RFC 3339 time.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_context
+def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
+    """List the sessions and objects the installed rules will have expired by --at."""
+    from evstore._gc import parse_time
+
+    sessions: dict[str, int] = {}
+    for item in state.store.preview_lifecycle(parse_time(at_text)):
+        sessions[item.session_id] = sessions.get(item.session_id, 0) + 1
+        if as_json:
+            click.echo(msgspec.json.encode({"session": item.session_id, "key": item.key, "expires": item.expires}).decode())
+        else:
+            click.echo(f"{item.expires.isoformat()}  {item.key}")
+    if not as_json:
+        click.echo(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
+
+
+class Progress:
+    """A counter on stderr while a terminal watches; nothing when piped."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.count = 0
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.enabled and self.count % 100 == 0:
+            click.echo(f"\r{self.count} objects...", err=True, nl=False)
+
+    def clear(self) -> None:
+        if self.enabled and self.count >= 100:
+            click.echo("\r" + " " * 30 + "\r", err=True, nl=False)
+
+
+@cli.command()
 @click.option(
     "--keyring", "keyring_path", type=click.Path(dir_okay=False), help="Add the key to this keyring file and make it active."
 )
@@ -393,3 +540,8 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
 
 def main() -> None:
     cli(prog_name="evstore")
+
+
+from ._ecosystem import register  # noqa: E402  (after cli exists; _ecosystem never imports _main)
+
+register(cli)

@@ -28,11 +28,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
 from ._chain import Receipt
 from ._codec import (
@@ -68,16 +70,23 @@ from ._errors import (
     KeyRequiredError,
     SessionExpiredError,
     SessionNotFoundError,
+    StoreUnavailableError,
     WriteConflictError,
 )
 from ._ids import Layout, parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
+from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
 from ._views import ContextFolder, Event, Position, Repair
+
+if TYPE_CHECKING:
+    from ._gc import ExpiringObject, GcReport, OnRemove
+    from ._rekey import RekeyResult, ShredResult
 
 #: Object metadata (``x-amz-meta-evstore-write-id``) naming the append that wrote an event.
 WRITE_ID_METADATA = "evstore-write-id"
 #: The tag every object of an ephemeral session carries, set by the PUT itself.
-RETENTION_TAG = "evstore-retention"
+RETENTION_TAG = _lifecycle.RETENTION_TAG
 _SEGMENT_MAGIC = b"evstore-segment\n"
+_DEFAULT_GRACE = timedelta(days=1)
 
 
 class SessionExistsError(WriteConflictError):
@@ -121,6 +130,8 @@ class VerifyResult:
     sealed_checked: int
     sealed_unchecked: int
     expected: Receipt | None = None
+    #: The expected receipt names an event a rekey re-sealed: it is extended, as recorded in a rekey record.
+    superseded_by_rekey: bool = False
 
 
 class _SegmentHeader(msgspec.Struct):
@@ -196,6 +207,7 @@ class Store:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self._keys: dict[tuple[str, str, str], AESGCM] = {}
+        self._alias_cache: dict[str, dict[str, str]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -449,16 +461,53 @@ class Store:
                 for item in self._lineage(ancestor, start, min(parent.seq, end) if end is not None else parent.seq):
                     last = item[1]
                     yield item
-                if last is not None and last.seq == parent.seq and last.hash != parent.hash:
+                if (
+                    last is not None
+                    and last.seq == parent.seq
+                    and last.hash != parent.hash
+                    and self.canonical_hash(parent.sid, parent.hash) != last.hash
+                ):
                     raise IntegrityError(
                         manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
                     )
             prev = parent.hash if start <= parent.seq + 1 else None
         for raw in self._own_raw(loaded, start, end):
-            if prev is not None and raw.envelope.prev != prev:
+            if prev is not None and raw.envelope.prev != prev and not self._same_event(manifest.sid, raw.envelope.prev, prev):
                 raise IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
             prev = raw.hash
             yield manifest, raw
+
+    def _aliases(self, session_id: str) -> dict[str, str]:
+        """Old hash -> new hash of every event a rekey re-sealed (see ``evstore._rekey``); cached."""
+        aliases = self._alias_cache.get(session_id)
+        if aliases is None:
+            from ._rekey import load_records
+
+            aliases = {}
+            for record in load_records(self, session_id):
+                aliases.update(zip(record.old, record.new, strict=True))
+            self._alias_cache[session_id] = aliases
+        return aliases
+
+    def canonical_hash(self, session_id: str, digest: str) -> str:
+        """The current hash of the event that ``digest`` named, following rekey records."""
+        aliases = self._aliases(session_id)
+        seen = set()
+        while digest in aliases and digest not in seen:
+            seen.add(digest)
+            digest = aliases[digest]
+        return digest
+
+    def _same_event(self, session_id: str, a: str, b: str) -> bool:
+        self._forget_aliases(session_id)  # a mismatch is rare: read the records afresh
+        return self.canonical_hash(session_id, a) == self.canonical_hash(session_id, b)
+
+    def _forget_aliases(self, session_id: str) -> None:
+        self._alias_cache.pop(session_id, None)
+
+    def _forget_keys(self, session_id: str) -> None:
+        for cached in [k for k in self._keys if k[0] == session_id]:
+            del self._keys[cached]
 
     def _check_range(self, start: int, end: int | None) -> None:
         validate_seq(start)
@@ -536,6 +585,7 @@ class Store:
         head = Receipt(0, loaded.genesis)
         events = checked = unchecked = 0
         expected_found = expect is None or expect.seq == 0
+        superseded = False
         for manifest, raw in self._lineage(loaded, 1, None):
             events += 1
             if raw.envelope.kid is not None:
@@ -558,7 +608,7 @@ class Store:
             raise IntegrityError(
                 session_id, expect.seq, f"receipt names seq {expect.seq} but the log ends at {head.seq} (truncated)"
             )
-        return VerifyResult(session_id, head, events, checked, unchecked, expect)
+        return VerifyResult(session_id, head, events, checked, unchecked, expect, superseded)
 
     # ---- writing ------------------------------------------------------------
 
@@ -677,7 +727,9 @@ class Store:
         try:
             self.backend.create(self.layout.manifest_key(target), encode_manifest(manifest), tags=self.tags_for(retention))
         except ObjectExists:
-            self.backend.delete_many([marker])
+            # best effort (a writer role may not delete): gc removes a marker whose fork does not exist
+            with contextlib.suppress(StoreUnavailableError):
+                self.backend.delete_many([marker])
             raise SessionExistsError(target) from None
         if self._tombstoned(source):
             # a delete of the parent raced us and did not see the marker: back out
@@ -727,16 +779,22 @@ class Store:
         tombstone = self.layout.tombstone_key(session_id)
         removed = 0
         batch: list[str] = []
+        tombstoned = False
         for info in self.backend.list(prefix):
-            if info.key != tombstone:
-                batch.append(info.key)
+            if info.key == tombstone:
+                tombstoned = True
+                continue
+            batch.append(info.key)
             if len(batch) == 1000:
-                removed += len(batch)
                 self.backend.delete_many(batch)
+                removed += len(batch)
                 batch = []
+        self.backend.delete_many(batch)
         removed += len(batch)
-        self.backend.delete_many([*batch, tombstone])
-        return removed + 1
+        if tombstoned:
+            self.backend.delete_many([tombstone])
+            removed += 1
+        return removed
 
     def compact(self, session_id: str, *, segment_size: int = 1000) -> list[tuple[int, int]]:
         """Pack full runs of ``segment_size`` loose events into segment objects; return the new ones.
@@ -765,6 +823,60 @@ class Store:
                 made.append((first, last))
                 run = []
         return made
+
+    # ---- keys and retention (implemented in _rekey and _gc) ----------------
+
+    def rekey(self, session_id: str) -> RekeyResult:
+        """Re-seal the session's events under the active key (encrypting a plaintext session)."""
+        from ._rekey import rekey
+
+        return rekey(self, session_id)
+
+    def shred(self, session_id: str, *, include_forks: bool = False) -> ShredResult:
+        """Destroy the session's salt, then its objects: no surviving copy can be opened again."""
+        from ._rekey import shred
+
+        return shred(self, session_id, include_forks=include_forks)
+
+    def gc(
+        self,
+        *,
+        dry_run: bool = False,
+        grace: timedelta = _DEFAULT_GRACE,
+        apply_lifecycle: bool = False,
+        keep: int | None = None,
+        prefix: str = "",
+        now: datetime | None = None,
+        on_remove: OnRemove | None = None,
+    ) -> GcReport:
+        """Remove what no live session or fork needs (see ``evstore._gc``)."""
+        from ._gc import collect
+
+        return collect(
+            self,
+            dry_run=dry_run,
+            grace=grace,
+            apply_lifecycle=apply_lifecycle,
+            keep=keep,
+            prefix=prefix,
+            now=now,
+            on_remove=on_remove,
+        )
+
+    def apply_lifecycle(self, ephemeral_days: int = DEFAULT_EPHEMERAL_DAYS) -> tuple[bool, list[dict[str, Any]]]:
+        """Install the ephemeral-expiry and abort-uploads rules, merged with the bucket's; idempotent."""
+        from ._gc import apply_lifecycle_rules
+
+        return apply_lifecycle_rules(self, ephemeral_days)
+
+    def lifecycle_rules(self) -> list[dict[str, Any]]:
+        return self.backend.get_lifecycle()
+
+    def preview_lifecycle(self, at: datetime) -> Iterator[ExpiringObject]:
+        """Objects the installed rules will have expired by ``at``."""
+        from ._gc import preview
+
+        return preview(self, at)
 
 
 def pack_segment(session_id: str, uid: str, events: list[tuple[int, bytes]]) -> bytes:

@@ -1,0 +1,337 @@
+"""Retention: installing lifecycle rules, previewing them, and garbage collection.
+
+gc is session-granular and fork-aware. For each session prefix it removes:
+
+* remnants of expired sessions: no manifest, or a manifest whose first own
+  event is gone (lifecycle rules delete object by object);
+* deleted sessions (tombstone) that no live fork needs, the tombstone last;
+* orphans: objects of a prefix without a manifest (a stale writer's append
+  after the session was removed) — the same case as a remnant;
+* fork markers whose fork no longer exists;
+* incomplete multipart uploads under the store's sessions.
+
+It never touches an object younger than ``grace``, nor any object of a live
+session except dead fork markers (and, with ``apply_lifecycle``, what the
+bucket's own rules would have expired: the same semantics as S3). It streams:
+memory holds one LIST page and one delete batch; requests are the LIST pages,
+a manifest GET where a decision needs it, and batch deletes of up to 1,000 keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from . import _lifecycle
+from ._backends import ObjectInfo, ObjectMissing
+from ._codec import Manifest, decode_manifest, parse_ts
+from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
+from ._ids import parse_fork_marker, parse_seq, validate_session_id
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+#: Called for every object gc removes (or would remove, in a dry run): key, size, reason.
+OnRemove = Callable[[str, int, str], None]
+
+
+@dataclass
+class GcReport:
+    dry_run: bool
+    sessions: int = 0
+    objects_scanned: int = 0
+    objects_removed: int = 0
+    bytes_removed: int = 0
+    sessions_removed: int = 0
+    uploads_aborted: int = 0
+    kept_young: int = 0
+    requests: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExpiringObject:
+    key: str
+    session_id: str
+    expires: datetime
+
+
+class _Deleter:
+    """Batches deletes across sessions; keys queued ``last`` go only after every earlier batch."""
+
+    def __init__(self, store: Store, report: GcReport, on_remove: OnRemove | None) -> None:
+        self.store = store
+        self.report = report
+        self.on_remove = on_remove
+        self.batch: list[str] = []
+        self.last: list[str] = []
+
+    def remove(self, info: ObjectInfo, reason: str, *, last: bool = False) -> None:
+        report = self.report
+        report.objects_removed += 1
+        report.bytes_removed += info.size
+        report.reasons[reason] = report.reasons.get(reason, 0) + 1
+        if self.on_remove is not None:
+            self.on_remove(info.key, info.size, reason)
+        if report.dry_run:
+            return
+        (self.last if last else self.batch).append(info.key)
+        if len(self.batch) >= 1000:
+            self.flush()
+        if len(self.last) >= 1000:
+            self.flush_all()
+
+    def flush(self) -> None:
+        if self.batch:
+            self.report.requests += self.store.backend.delete_many(self.batch)
+            self.batch = []
+
+    def flush_all(self) -> None:
+        self.flush()
+        if self.last:
+            self.report.requests += self.store.backend.delete_many(self.last)
+            self.last = []
+
+
+def _listing(store: Store, prefix: str, report: GcReport) -> Iterator[ObjectInfo]:
+    start = ""
+    while True:
+        page = store.backend.list_page(prefix, start_after=start)
+        report.requests += 1
+        report.objects_scanned += len(page.objects)
+        yield from page.objects
+        if not page.truncated:
+            return
+        start = page.next_start_after
+
+
+def _manifest(store: Store, session_id: str, report: GcReport) -> Manifest | None:
+    report.requests += 1
+    try:
+        data = store.backend.get(store.layout.manifest_key(session_id)).data
+    except ObjectMissing:
+        return None
+    try:
+        return decode_manifest(data, session_id)
+    except EvstoreError:
+        return None  # a corrupt manifest: treat the session as a remnant
+
+
+def collect(
+    store: Store,
+    *,
+    dry_run: bool = False,
+    grace: timedelta = timedelta(days=1),
+    apply_lifecycle: bool = False,
+    keep: int | None = None,
+    prefix: str = "",
+    now: datetime | None = None,
+    on_remove: OnRemove | None = None,
+) -> GcReport:
+    if grace < timedelta(0):
+        raise InvalidInputError("grace must not be negative")
+    if keep is not None and keep < 0:
+        raise InvalidInputError("keep must not be negative")
+    now = now or store.clock()
+    report = GcReport(dry_run)
+    deleter = _Deleter(store, report, on_remove)
+    rules = store.backend.get_lifecycle() if apply_lifecycle else []
+    if apply_lifecycle:
+        report.requests += 1
+    cutoff = now - grace
+    newest: list[tuple[str, str]] = []  # heap of (created, id): the ``keep`` newest ephemeral sessions
+    for session_id in store.list_sessions(prefix):
+        report.sessions += 1
+        _collect_session(store, session_id, deleter, report, rules, now, cutoff)
+        if keep is not None:
+            manifest = _manifest(store, session_id, report)
+            if manifest is not None and manifest.retention == "ephemeral" and not store._tombstoned(session_id):
+                heapq.heappush(newest, (manifest.created, session_id))
+                if len(newest) > keep:
+                    _, oldest = heapq.heappop(newest)
+                    _remove_for_keep(store, oldest, deleter, report, cutoff)
+    report.requests += (report.sessions + 999) // 1000 or 1  # the delimiter LIST pages of list_sessions
+    _abort_uploads(store, deleter, report, rules, cutoff, now)
+    deleter.flush_all()
+    return report
+
+
+def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: GcReport, cutoff: datetime) -> None:
+    """Delete a session beyond the keep count, as ``delete`` would (forks keep it)."""
+    report.reasons["beyond keep count"] = report.reasons.get("beyond keep count", 0)
+    if report.dry_run:
+        for info in _listing(store, store.layout.session_prefix(session_id), report):
+            deleter.remove(info, "beyond keep count")
+        report.sessions_removed += 1
+        return
+    deleter.flush_all()
+    try:
+        result = store.delete(session_id)
+    except SessionNotFoundError:
+        return  # deleted meanwhile
+    if not result.kept_for_forks:
+        report.sessions_removed += 1
+        report.objects_removed += result.removed
+        report.reasons["beyond keep count"] += result.removed
+
+
+def _collect_session(
+    store: Store,
+    session_id: str,
+    deleter: _Deleter,
+    report: GcReport,
+    rules: list[_lifecycle.Rule],
+    now: datetime,
+    cutoff: datetime,
+) -> None:
+    layout = store.layout
+    prefix = layout.session_prefix(session_id)
+    first_page = store.backend.list_page(prefix)
+    report.requests += 1
+    names = {o.key[len(prefix) :] for o in first_page.objects}
+    if first_page.truncated:
+        names |= {o.key[len(prefix) :] for o in store.backend.list(prefix, start_after=layout.after_events(session_id))}
+        report.requests += 1
+    first_seq = next((s for o in first_page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None), None)
+    needs_manifest = "manifest" in names and (
+        bool(rules) or "tombstone" in names or any(n.startswith("forks/") for n in names) or first_seq not in (None, 1)
+    )
+    manifest = _manifest(store, session_id, report) if needs_manifest else None
+    if "manifest" in names and not needs_manifest:
+        return  # a live session with nothing to collect: its first page said so
+    first_own = 1
+    if manifest is not None and manifest.parent is not None and not manifest.parent.copied:
+        first_own = manifest.parent.seq + 1
+
+    def remove_all(reason: str) -> None:
+        young = 0
+        tombstone = None
+        for info in _listing(store, prefix, report):
+            if info.last_modified > cutoff:
+                young += 1
+            elif info.key == layout.tombstone_key(session_id):
+                tombstone = info
+            else:
+                deleter.remove(info, reason)
+        report.kept_young += young
+        if tombstone is not None and young == 0:
+            deleter.remove(tombstone, reason, last=True)
+        if young == 0:
+            report.sessions_removed += 1
+
+    if manifest is None:
+        remove_all("expired remnant or orphan" if "tombstone" not in names else "deleted")
+        return
+    if "tombstone" in names:
+        if not store.live_forks(session_id, manifest.uid):
+            remove_all("deleted")
+        return
+    if first_seq is not None and first_seq > first_own:
+        remove_all("expired remnant")
+        return
+    tags = store.tags_for(manifest.retention)
+    for info in _listing(store, prefix, report) if rules or any(n.startswith("forks/") for n in names) else ():
+        name = info.key[len(prefix) :]
+        if info.last_modified > cutoff:
+            continue
+        when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size) if rules else None
+        if when is not None and when <= now:
+            deleter.remove(info, "lifecycle expiry")
+        elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(store, marker, manifest.uid, report):
+            deleter.remove(info, "dead fork marker")
+
+
+def _fork_alive(store: Store, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:
+    child, child_uid = marker
+    try:
+        validate_session_id(child)
+    except InvalidInputError:
+        return False
+    manifest = _manifest(store, child, report)
+    return (
+        manifest is not None and manifest.uid == child_uid and manifest.parent is not None and manifest.parent.uid == parent_uid
+    )
+
+
+def _abort_uploads(
+    store: Store, deleter: _Deleter, report: GcReport, rules: list[_lifecycle.Rule], cutoff: datetime, now: datetime
+) -> None:
+    report.requests += 1
+    for upload in store.backend.list_incomplete_uploads(store.layout.sessions):
+        due = _lifecycle.upload_abort(rules, upload.key, upload.initiated) if rules else None
+        if upload.initiated > cutoff and (due is None or due > now):
+            continue
+        report.uploads_aborted += 1
+        report.reasons["incomplete upload"] = report.reasons.get("incomplete upload", 0) + 1
+        if deleter.on_remove is not None:
+            deleter.on_remove(upload.key, 0, "incomplete upload")
+        if not report.dry_run:
+            store.backend.abort_upload(upload.key, upload.upload_id)
+            report.requests += 1
+
+
+def preview(store: Store, at: datetime) -> Iterator[ExpiringObject]:
+    """Objects the bucket's lifecycle rules will have expired by ``at`` (the rules as installed).
+
+    Tags are known from each session's retention class (evstore tags every
+    object of an ephemeral session), so no per-object tagging request is made.
+    """
+    rules = store.backend.get_lifecycle()
+    if not rules:
+        return
+    for session_id in store.list_sessions():
+        try:
+            found = store._read_manifest(session_id)
+        except EvstoreError:
+            found = None
+        retention = found[0].retention if found is not None else None
+        prefix = store.layout.session_prefix(session_id)
+        for info in store.backend.list(prefix):
+            if retention is None:
+                try:
+                    tags = store.backend.get_tags(info.key)
+                except ObjectMissing:
+                    continue
+            else:
+                tags = store.tags_for(retention)
+            when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size)
+            if when is not None and when <= at:
+                yield ExpiringObject(info.key, session_id, when)
+
+
+def apply_lifecycle_rules(store: Store, ephemeral_days: int) -> tuple[bool, list[_lifecycle.Rule]]:
+    """Install evstore's rules, merged with the bucket's; (changed, resulting rules). Idempotent:
+    when the bucket already has them, no write is made."""
+    existing = store.backend.get_lifecycle()
+    merged = _lifecycle.merge_rules(existing, _lifecycle.evstore_rules(store.layout.sessions, ephemeral_days))
+    if _lifecycle.rules_equal(merged, existing):
+        return False, existing
+    store.backend.put_lifecycle(merged)
+    return True, merged
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``15m``, ``12h``, ``1d``, ``2w``, or a number of seconds."""
+    text = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise InvalidInputError(f"invalid duration {text[:40]!r}: use e.g. 90s, 15m, 12h, 1d, 2w") from None
+    if value < 0 or value > 3650 * 86400:
+        raise InvalidInputError(f"invalid duration {text[:40]!r}")
+    return timedelta(seconds=value * units[unit])
+
+
+def parse_time(text: str) -> datetime:
+    try:
+        moment = parse_ts(text if "T" in text else text + "T00:00:00Z")
+    except ValueError:
+        raise InvalidInputError(f"invalid date {text[:40]!r}: use YYYY-MM-DD or an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise InvalidInputError(f"invalid date {text[:40]!r}: give a time zone (Z)")
+    return moment
