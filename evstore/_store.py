@@ -79,7 +79,7 @@ from ._views import ContextFolder, Event, Position, Repair
 
 if TYPE_CHECKING:
     from ._gc import ExpiringObject, GcReport, OnRemove
-    from ._rekey import RekeyResult, ShredResult
+    from ._rekey import RekeyRecord, RekeyResult, ShredResult
 
 #: Object metadata (``x-amz-meta-evstore-write-id``) naming the append that wrote an event.
 WRITE_ID_METADATA = "evstore-write-id"
@@ -207,7 +207,7 @@ class Store:
         self.concurrency = max(1, concurrency)
         self.clock = clock
         self._keys: dict[tuple[str, str, str], AESGCM] = {}
-        self._alias_cache: dict[str, dict[str, str]] = {}
+        self._record_cache: dict[str, list[RekeyRecord]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -346,8 +346,14 @@ class Store:
     def _open_body(self, manifest: Manifest, raw: _RawEvent) -> Body:
         envelope = raw.envelope
         if envelope.body is not None:
+            if manifest.kid is not None:
+                raise IntegrityError(raw.session_id, raw.seq, "plaintext event in an encrypted session (forged)")
             return envelope.body
         assert envelope.sealed is not None and envelope.kid is not None
+        if envelope.kid != manifest.kid and envelope.kid not in {r.kid for r in self._records(manifest.sid)}:
+            raise IntegrityError(
+                raw.session_id, raw.seq, f"sealed under key id {envelope.kid!r:.70}, which this session never used"
+            )
         key = self._session_key(manifest, envelope.kid)
         try:
             sealed = b64decode(envelope.sealed)
@@ -477,17 +483,18 @@ class Store:
             prev = raw.hash
             yield manifest, raw
 
-    def _aliases(self, session_id: str) -> dict[str, str]:
-        """Old hash -> new hash of every event a rekey re-sealed (see ``evstore._rekey``); cached."""
-        aliases = self._alias_cache.get(session_id)
-        if aliases is None:
+    def _records(self, session_id: str) -> list[RekeyRecord]:
+        """The session's rekey records (see ``evstore._rekey``), cached."""
+        records = self._record_cache.get(session_id)
+        if records is None:
             from ._rekey import load_records
 
-            aliases = {}
-            for record in load_records(self, session_id):
-                aliases.update(zip(record.old, record.new, strict=True))
-            self._alias_cache[session_id] = aliases
-        return aliases
+            records = self._record_cache[session_id] = load_records(self, session_id)
+        return records
+
+    def _aliases(self, session_id: str) -> dict[str, str]:
+        """Old hash -> new hash of every event a rekey re-sealed."""
+        return {old: new for r in self._records(session_id) for old, new in zip(r.old, r.new, strict=True)}
 
     def canonical_hash(self, session_id: str, digest: str) -> str:
         """The current hash of the event that ``digest`` named, following rekey records."""
@@ -503,7 +510,7 @@ class Store:
         return self.canonical_hash(session_id, a) == self.canonical_hash(session_id, b)
 
     def _forget_aliases(self, session_id: str) -> None:
-        self._alias_cache.pop(session_id, None)
+        self._record_cache.pop(session_id, None)
 
     def _forget_keys(self, session_id: str) -> None:
         for cached in [k for k in self._keys if k[0] == session_id]:
@@ -598,9 +605,11 @@ class Store:
                 self._open_body(manifest, raw)
             if expect is not None and raw.seq == expect.seq:
                 if raw.hash != expect.hash:
-                    raise IntegrityError(
-                        session_id, raw.seq, f"does not match receipt {expect.seq}:{expect.hash[:12]}… (history rewritten)"
-                    )
+                    if self.canonical_hash(raw.session_id, expect.hash) != raw.hash:
+                        raise IntegrityError(
+                            session_id, raw.seq, f"does not match receipt {expect.seq}:{expect.hash[:12]}… (history rewritten)"
+                        )
+                    superseded = True
                 expected_found = True
             head = Receipt(raw.seq, raw.hash)
         if not expected_found:
@@ -656,7 +665,7 @@ class Store:
         validate_session_id(session_id)
         manifest = self._new_manifest(session_id, retention, None)
         genesis = self._create_manifest(manifest)
-        return Session(self, manifest, 0, genesis)
+        return Session(self, manifest, 0, genesis, manifest.kid)
 
     def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> Session:
         """A writer for the session, at its current head. With ``create``, a missing session is created."""
@@ -669,18 +678,24 @@ class Store:
         loaded = self._load(session_id)
         return Session(self, loaded.manifest, *self._head_state(loaded, self._find_head(loaded)))
 
-    def _head_state(self, loaded: _Loaded, head: int) -> tuple[int, str]:
-        """(head, hash of the head event): what the next append chains to."""
+    def _head_state(self, loaded: _Loaded, head: int) -> tuple[int, str, str | None]:
+        """(head, hash of the head event, key id to seal with): what the next append continues.
+
+        A session keeps sealing under the key id of its newest event (its
+        manifest's at first), so rotating the active key never mixes keys
+        into an old session; ``rekey`` moves it to the active key.
+        """
         manifest = loaded.manifest
         parent = manifest.parent
         if head < loaded.first_own:
             if parent is not None and not parent.copied:
-                return parent.seq, parent.hash
-            return 0, loaded.genesis
+                return parent.seq, parent.hash, manifest.kid
+            return 0, loaded.genesis, manifest.kid
         data = self._get_event_bytes(manifest.sid, head)
         if data is None:
             raise IntegrityError(manifest.sid, head, "head event vanished while opening")
-        return head, self._decode_raw(manifest, head, data).hash
+        raw = self._decode_raw(manifest, head, data)
+        return head, raw.hash, raw.envelope.kid
 
     def _event_hash(self, loaded: _Loaded, seq: int) -> str:
         """The hash of the lineage's event at ``seq`` (an ancestor's for inherited seqs)."""
@@ -714,11 +729,15 @@ class Store:
             at = self._find_head(loaded)
             if at == 0:
                 raise InvalidInputError(f"session {source!r} has no events to fork")
-        parent_manifest = loaded.manifest
-        retention = retention or parent_manifest.retention
-        if parent_manifest.retention == "ephemeral":
-            return self._fork_by_copy(loaded, target, at, retention)
-        ref = ForkRef(source, parent_manifest.uid, at, self._event_hash(loaded, at))
+        if loaded.manifest.retention == "ephemeral":
+            return self._fork_by_copy(loaded, target, at, retention or "ephemeral")
+        return self._fork_manifest(loaded.manifest, target, at, self._event_hash(loaded, at), retention)
+
+    def _fork_manifest(self, parent: Manifest, target: str, at: int, at_hash: str, retention: Retention | None) -> Session:
+        """Create the fork's marker, then its manifest (the commit point), then check the parent lives."""
+        source = parent.sid
+        retention = retention or parent.retention
+        ref = ForkRef(source, parent.uid, at, at_hash)
         manifest = self._new_manifest(target, retention, ref)
         if self._tombstoned(target):
             raise SessionExistsError(target, "was deleted and is kept for its forks until gc removes it")
@@ -735,7 +754,7 @@ class Store:
             # a delete of the parent raced us and did not see the marker: back out
             self.backend.delete_many([self.layout.manifest_key(target), marker])
             raise SessionNotFoundError(source, "was deleted")
-        return Session(self, manifest, ref.seq, ref.hash)
+        return Session(self, manifest, ref.seq, ref.hash, manifest.kid)
 
     def _fork_by_copy(self, loaded: _Loaded, target: str, at: int, retention: Retention) -> Session:
         events = list(self.replay(loaded.manifest.sid, end=at))
@@ -743,7 +762,7 @@ class Store:
             raise InvalidInputError(f"session {loaded.manifest.sid!r} has no event at seq {at}")
         ref = ForkRef(loaded.manifest.sid, loaded.manifest.uid, at, events[-1].hash, copied=True)
         manifest = self._new_manifest(target, retention, ref)
-        session = Session(self, manifest, 0, self._create_manifest(manifest))
+        session = Session(self, manifest, 0, self._create_manifest(manifest), manifest.kid)
         for event in events:
             session._append_body(event.body, None)
         return session
@@ -919,11 +938,12 @@ class Session:
     each other.
     """
 
-    def __init__(self, store: Store, manifest: Manifest, head: int, head_hash: str) -> None:
+    def __init__(self, store: Store, manifest: Manifest, head: int, head_hash: str, seal_kid: str | None) -> None:
         self.store = store
         self.manifest = manifest
         self._head = head
         self._head_hash = head_hash
+        self._seal_kid = seal_kid
 
     @property
     def id(self) -> str:
@@ -979,6 +999,19 @@ class Session:
     def positioned(self) -> list[tuple[Position, Message]]:
         return self.store._folded(self.id).positioned()
 
+    def fork(self, target: str, *, retention: Retention | None = None) -> Session:
+        """Fork this session at this writer's head into ``target``, without reading the parent:
+        HEAD target tombstone, PUT marker, PUT manifest, HEAD own tombstone."""
+        store = self.store
+        validate_session_id(target)
+        if target == self.id:
+            raise InvalidInputError("a session cannot be forked into itself")
+        if self._head == 0:
+            raise InvalidInputError(f"session {self.id!r} has no events to fork")
+        if self.manifest.retention == "ephemeral":
+            return store.fork(self.id, target, at=self._head, retention=retention)
+        return store._fork_manifest(self.manifest, target, self._head, self._head_hash, retention)
+
     def refresh(self) -> int:
         """Adopt events other writers appended since this writer's head; return the new head."""
         self._adopt_head()
@@ -991,17 +1024,15 @@ class Session:
             raise SessionNotFoundError(self.id, "was deleted and created again")
         head = store._find_head(loaded)
         if head > self._head:
-            self._head, self._head_hash = store._head_state(loaded, head)
+            self._head, self._head_hash, self._seal_kid = store._head_state(loaded, head)
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
         store = self.store
-        encrypted = self.manifest.kid is not None
-        if not encrypted:
+        kid = self._seal_kid
+        if kid is None:
             if store.require_encryption:
                 raise InvalidInputError(f"session {self.id!r} is plaintext and encryption is required: rekey it first")
             return None, None
-        kid = store.keyring.active or self.manifest.kid
-        assert kid is not None
         return kid, store._session_key(self.manifest, kid)
 
     def _append_body(self, body: Body, expected_head: int | None) -> int:

@@ -1,0 +1,214 @@
+"""Forks as manifests: O(1), fork-at-seq, ancestry, encryption, races, retention."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from evstore import (
+    IntegrityError,
+    InvalidInputError,
+    Keyring,
+    MemoryStore,
+    SessionExistsError,
+    SessionNotFoundError,
+    Store,
+    generate_key,
+)
+
+from .helpers import CountingStore, msg
+
+
+def contents(store: Store, sid: str) -> list[str]:
+    return [m["content"] for e in store.replay(sid) for m in e.messages]
+
+
+def filled(store: Store, sid: str, n: int, prefix: str = "m") -> None:
+    writer = store.open(sid, create=True)
+    for i in range(n):
+        writer.append(msg(f"{prefix}{i}"))
+
+
+def test_a_fork_shares_the_parent_prefix_and_leaves_the_parent_untouched(store: Store) -> None:
+    filled(store, "p", 5)
+    before = {o.key: store.backend.get(o.key).data for o in store.backend.list("root/sessions/p/")}
+    fork = store.fork("p", "f", at=3)
+    assert fork.head == 3
+    assert fork.append(msg("own")) == 4
+    assert contents(store, "f") == ["m0", "m1", "m2", "own"]
+    assert [e.session_id for e in store.replay("f")] == ["p", "p", "p", "f"]
+    assert contents(store, "p") == ["m0", "m1", "m2", "m3", "m4"]
+    after = {o.key: store.backend.get(o.key).data for o in store.backend.list("root/sessions/p/") if "/forks/" not in o.key}
+    assert after == before
+    assert store.verify("f").events == 4
+
+
+def test_the_forks_first_own_event_chains_to_the_parents_event(memory_store: Store) -> None:
+    filled(memory_store, "p", 4)
+    parent_hash = [e.hash for e in memory_store.replay("p")][1]
+    memory_store.fork("p", "f", at=2).append(msg("x"))
+    (own,) = memory_store.replay("f", start=3)
+    envelope = memory_store._decode_raw(
+        memory_store._load("f").manifest, 3, memory_store.backend.get(memory_store.layout.event_key("f", 3)).data
+    ).envelope
+    assert envelope.prev == parent_hash and own.seq == 3
+    info = memory_store.info("f")
+    assert (info.parent.sid, info.parent.seq, info.parent.hash) == ("p", 2, parent_hash)  # type: ignore[union-attr]
+    assert memory_store.info("p").forks == ["f"]
+
+
+def test_fork_defaults_to_the_parents_head(memory_store: Store) -> None:
+    filled(memory_store, "p", 3)
+    assert memory_store.fork("p", "f").head == 3
+    assert memory_store.info("f").head == 3
+
+
+def test_fork_at_a_seq_beyond_the_head_is_refused(memory_store: Store) -> None:
+    filled(memory_store, "p", 3)
+    with pytest.raises(InvalidInputError, match="no event at seq 9"):
+        memory_store.fork("p", "f", at=9)
+    with pytest.raises(InvalidInputError):
+        memory_store.fork("p", "p")
+    with pytest.raises(SessionNotFoundError):
+        memory_store.fork("missing", "f")
+
+
+def test_an_ancestry_of_depth_ten_replays_in_order(memory_store: Store) -> None:
+    filled(memory_store, "s0", 2, "s0-")
+    expected = ["s0-0", "s0-1"]
+    for depth in range(1, 11):
+        fork = memory_store.fork(f"s{depth - 1}", f"s{depth}")
+        fork.append(msg(f"s{depth}"))
+        expected.append(f"s{depth}")
+    assert contents(memory_store, "s10") == expected
+    assert memory_store.verify("s10").events == 12
+    assert memory_store.context("s10")[-1]["content"] == "s10"
+
+
+def test_a_fork_of_a_fork_at_an_inherited_seq(memory_store: Store) -> None:
+    filled(memory_store, "a", 5)
+    memory_store.fork("a", "b", at=4).append(msg("b5"))
+    memory_store.fork("b", "c", at=2).append(msg("c3"))
+    assert contents(memory_store, "c") == ["m0", "m1", "c3"]
+    assert memory_store.verify("c").events == 3
+
+
+def test_forks_of_encrypted_sessions_get_their_own_key_and_read_inherited_events_with_the_ancestors() -> None:
+    ring = Keyring({"k1": b"\1" * 32, "k2": b"\2" * 32}, "k1")
+    backend = MemoryStore()
+    store = Store(backend, root="root", keyring=ring)
+    filled(store, "p", 2)
+    rotated = Store(backend, root="root", keyring=Keyring(dict(ring.keys), "k2"))
+    rotated.fork("p", "f").append(msg("under k2"))
+    parent_salt = store._load("p").manifest.salt
+    fork_manifest = store._load("f").manifest
+    assert fork_manifest.kid == "k2" and fork_manifest.salt != parent_salt
+    assert [e.key_id for e in rotated.replay("f")] == ["k1", "k1", "k2"]
+    assert contents(rotated, "f") == ["m0", "m1", "under k2"]
+    only_k2 = Store(backend, root="root", keyring=Keyring({"k2": b"\2" * 32}, "k2"))
+    with pytest.raises(Exception, match="key id 'k1'"):
+        contents(only_k2, "f")
+
+
+def test_forks_racing_for_the_same_name_have_exactly_one_winner(store: Store) -> None:
+    filled(store, "p", 3)
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def race(i: int) -> None:
+        barrier.wait()
+        try:
+            store.fork("p", "f", at=1 + i % 3)
+            outcomes.append("won")
+        except SessionExistsError:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["lost"] * 7 + ["won"]
+    assert store.info("p").forks == ["f"]
+    assert store.verify("f").events == store.info("f").head
+
+
+@pytest.mark.parametrize("length", [10, 1000, 10_000])
+def test_fork_costs_the_same_requests_whatever_the_parents_length(length: int) -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.open("p", create=True)
+    for low in range(0, length, 100):
+        writer.append([msg(str(i)) for i in range(low, min(length, low + 100))])
+    head = writer.head
+    counting.reset()
+    store.fork("p", "f", at=head)
+    assert counting.counts == {"GET": 2, "HEAD": 2, "PUT": 2, "LIST": 1}
+    parent_events = [k for kind, k in counting.keys if k.startswith("root/sessions/p/0")]
+    assert parent_events == [store.layout.event_key("p", head)]  # only the fork point's hash is read
+    assert not any(kind == "PUT" and k.startswith("root/sessions/p/") and "/forks/" not in k for kind, k in counting.keys)
+    counting.reset()
+    writer.fork("g")
+    assert counting.counts == {"HEAD": 2, "PUT": 2}  # from a writer: no read of the parent at all
+
+
+def test_a_fork_of_an_ephemeral_session_copies_what_it_needs(memory_store: Store) -> None:
+    writer = memory_store.open("auto", create=True, retention="ephemeral")
+    for i in range(3):
+        writer.append(msg(f"m{i}"))
+    fork = memory_store.fork("auto", "kept", at=2, retention="permanent")
+    fork.append(msg("own"))
+    info = memory_store.info("kept")
+    assert info.parent is not None and info.parent.copied and info.retention == "permanent"
+    memory_store.purge("auto")  # the lifecycle rules took the parent
+    assert contents(memory_store, "kept") == ["m0", "m1", "own"]
+    assert {e.session_id for e in memory_store.replay("kept")} == {"kept"}
+    assert memory_store.backend.get_tags(memory_store.layout.event_key("kept", 1)) == {}
+
+
+def test_deleting_a_parent_keeps_its_forks_replayable(store: Store) -> None:
+    filled(store, "p", 3)
+    store.fork("p", "f", at=2).append(msg("own"))
+    result = store.delete("p")
+    assert result.kept_for_forks == ["f"] and result.removed == 0
+    with pytest.raises(SessionNotFoundError):
+        list(store.replay("p"))
+    assert contents(store, "f") == ["m0", "m1", "own"]
+    with pytest.raises(SessionExistsError):
+        store.create("p")  # the id is held until gc reclaims the parent
+
+
+def test_a_fork_cannot_be_made_from_a_deleted_session(memory_store: Store) -> None:
+    filled(memory_store, "p", 2)
+    memory_store.delete("p")
+    with pytest.raises(SessionNotFoundError):
+        memory_store.fork("p", "f")
+
+
+def test_a_fork_made_while_its_parent_is_deleted_backs_out() -> None:
+    backend = MemoryStore()
+    store = Store(backend, root="root")
+    filled(store, "p", 2)
+    real_create = backend.create
+
+    def create_then_parent_deleted(key: str, data: bytes, **kwargs: object) -> str:
+        etag = real_create(key, data, **kwargs)  # type: ignore[arg-type]
+        if key == store.layout.manifest_key("f"):
+            real_create(store.layout.tombstone_key("p"), b'{"sid":"p","uid":"x","deleted":"now"}')
+        return etag
+
+    backend.create = create_then_parent_deleted  # type: ignore[method-assign]
+    with pytest.raises(SessionNotFoundError):
+        store.fork("p", "f")
+    backend.create = real_create  # type: ignore[method-assign]
+    assert [o.key for o in backend.list("root/sessions/f/")] == []
+
+
+def test_a_fork_whose_parent_was_replaced_is_an_integrity_error(memory_store: Store) -> None:
+    filled(memory_store, "p", 2)
+    memory_store.fork("p", "f")
+    memory_store.purge("p")
+    filled(memory_store, "p", 2, "other")
+    with pytest.raises(IntegrityError, match="not the session this fork was made from"):
+        list(memory_store.replay("f"))
