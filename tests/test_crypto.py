@@ -404,7 +404,7 @@ def test_no_key_material_or_plaintext_in_logs_or_errors(caplog: pytest.LogCaptur
         lambda: Keyring.from_key("not-base64!"),
         lambda: store.open("s").append(msg("x" * 6_000_000)),
     ):
-        with pytest.raises(Exception) as caught:  # noqa: PT011 - each raises its own evstore error
+        with pytest.raises(Exception) as caught:
             failing()
         errors.append(str(caught.value))
     text = caplog.text + "\n".join(errors)

@@ -14,7 +14,6 @@ from evstore import (
     SessionExistsError,
     SessionNotFoundError,
     Store,
-    generate_key,
 )
 
 from .helpers import CountingStore, msg
