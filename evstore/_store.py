@@ -10,10 +10,12 @@ Requests per operation (N = events, S = segments):
   objects, LIST from the newest segment (or seq 1), GET of the head event:
   4 requests while fewer than 1,000 events follow the newest segment; beyond
   that, HEAD probes that gallop and bisect: O(log N) in the worst case.
-* create: HEAD tombstone, PUT manifest; the first append needs no lookup.
-* fork at a seq: GET parent manifest, GET the parent's event at the seq,
-  HEAD target tombstone, PUT marker, PUT manifest, HEAD parent tombstone: 6,
-  whatever the parent's length.
+* create: LIST of the prefix (it must be empty: no remnants), PUT manifest;
+  the first append needs no lookup.
+* fork at a seq: GET parent manifest, LIST of its non-event objects, GET the
+  parent's event at the seq, LIST of the target prefix, PUT marker, PUT
+  manifest, HEAD parent tombstone: 7, whatever the parent's length; from a
+  writer (``Session.fork``) the last four only.
 * replay: GET manifest, LIST of non-event objects, one GET per segment, then
   a LIST per 1,000 loose events and their GETs, ``concurrency`` at a time.
 """
@@ -262,9 +264,9 @@ class Store:
             return SessionNotFoundError(session_id, "was deleted")
         return SessionNotFoundError(session_id)
 
-    def _load(self, session_id: str, *, deleted_ok: bool = False) -> _Loaded:
+    def _load(self, session_id: str, *, deleted_ok: bool = False, found: tuple[Manifest, str] | None = None) -> _Loaded:
         validate_session_id(session_id)
-        found = self._read_manifest(session_id)
+        found = found or self._read_manifest(session_id)
         if found is None:
             raise self._gone(session_id)
         manifest, genesis = found
@@ -644,14 +646,24 @@ class Store:
     def _create_manifest(self, manifest: Manifest) -> str:
         """PUT the manifest if the id is free; return the sha256 of its bytes."""
         sid = manifest.sid
-        if self._tombstoned(sid):
-            raise SessionExistsError(sid, "was deleted and is kept for its forks until gc removes it")
+        self._require_free(sid)
         data = encode_manifest(manifest)
         try:
             self.backend.create(self.layout.manifest_key(sid), data, tags=self.tags_for(manifest.retention))
         except ObjectExists:
             raise SessionExistsError(sid) from None
         return sha256_hex(data)
+
+    def _require_free(self, session_id: str) -> None:
+        """A new session may only start in an empty prefix: never over the remnants of an
+        expired or deleted one (their events would collide with its seqs)."""
+        prefix = self.layout.session_prefix(session_id)
+        page = self.backend.list_page(prefix, max_keys=1)
+        if not page.objects:
+            return
+        if parse_seq(page.objects[0].key[len(prefix) :]) is not None:
+            raise SessionExpiredError(session_id, "its manifest is gone but events remain (gc removes them)")
+        raise SessionExistsError(session_id, "was deleted and is kept for its forks, or left objects that gc removes")
 
     def _tombstoned(self, session_id: str) -> bool:
         try:
@@ -670,12 +682,13 @@ class Store:
     def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> Session:
         """A writer for the session, at its current head. With ``create``, a missing session is created."""
         validate_session_id(session_id)
-        if create and self._read_manifest(session_id) is None:
+        found = self._read_manifest(session_id)
+        if create and found is None:
             try:
                 return self.create(session_id, retention=retention)
             except SessionExistsError:
                 pass  # created concurrently (or deleted): open what is there
-        loaded = self._load(session_id)
+        loaded = self._load(session_id, found=found)
         return Session(self, loaded.manifest, *self._head_state(loaded, self._find_head(loaded)))
 
     def _head_state(self, loaded: _Loaded, head: int) -> tuple[int, str, str | None]:
@@ -739,8 +752,7 @@ class Store:
         retention = retention or parent.retention
         ref = ForkRef(source, parent.uid, at, at_hash)
         manifest = self._new_manifest(target, retention, ref)
-        if self._tombstoned(target):
-            raise SessionExistsError(target, "was deleted and is kept for its forks until gc removes it")
+        self._require_free(target)
         marker = self.layout.fork_marker_key(source, target, manifest.uid)
         self.backend.create(marker, encode_json({"seq": at}), tags=self.tags_for(retention))
         try:
@@ -1001,7 +1013,7 @@ class Session:
 
     def fork(self, target: str, *, retention: Retention | None = None) -> Session:
         """Fork this session at this writer's head into ``target``, without reading the parent:
-        HEAD target tombstone, PUT marker, PUT manifest, HEAD own tombstone."""
+        LIST target prefix, PUT marker, PUT manifest, HEAD own tombstone."""
         store = self.store
         validate_session_id(target)
         if target == self.id:
@@ -1038,7 +1050,7 @@ class Session:
     def _append_body(self, body: Body, expected_head: int | None) -> int:
         store = self.store
         if expected_head is not None and expected_head != self._head:
-            raise WriteConflictError(self.id, self._head + 1, f"expected head {expected_head} but it is {self._head}")
+            raise WriteConflictError(self.id, expected_head + 1, f"expected head {expected_head} but it is {self._head}")
         plaintext = encode_body(body, store.max_event_bytes)
         kid, key = self._seal_key()
         seq = self._head + 1

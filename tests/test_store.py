@@ -82,8 +82,8 @@ def test_creating_a_session_costs_two_requests_then_one_per_append(counting_stor
     store, counting = counting_store
     writer = store.open("s", create=True)
     writer.append(msg("x"))
-    # GET manifest (absent), HEAD tombstone (absent), PUT manifest, PUT event
-    assert counting.counts == {"GET": 1, "HEAD": 1, "PUT": 2}
+    # GET manifest (absent), LIST the prefix (empty: no remnants), PUT manifest, PUT event
+    assert counting.counts == {"GET": 1, "LIST": 1, "PUT": 2}
 
 
 def test_opening_an_existing_session_costs_four_requests(counting_store: tuple[Store, CountingStore]) -> None:
