@@ -199,9 +199,14 @@ class Store:
         require_encryption: bool = False,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         concurrency: int = 16,
+        auto_compact: int | None = None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
+        if auto_compact is not None and not 2 <= auto_compact <= 100_000:
+            raise InvalidInputError("auto_compact must be a segment size from 2 to 100000")
         self.backend = backend
+        #: Segment size for writers to pack their own appends as they go (None: only ``compact``).
+        self.auto_compact = auto_compact
         self.layout = Layout(root)
         self.keyring = keyring or Keyring()
         self.require_encryption = require_encryption
@@ -956,6 +961,7 @@ class Session:
         self._head = head
         self._head_hash = head_hash
         self._seal_kid = seal_kid
+        self._run: list[tuple[int, bytes]] = []  # own appends since the last segment boundary (auto_compact)
 
     @property
     def id(self) -> str:
@@ -1071,7 +1077,27 @@ class Session:
         except ObjectExists:
             data = self._resolve_taken(seq, write_id)
         self._head, self._head_hash = seq, sha256_hex(data)
+        if store.auto_compact is not None:
+            self._pack_as_we_go(seq, data, store.auto_compact)
         return seq
+
+    def _pack_as_we_go(self, seq: int, data: bytes, size: int) -> None:
+        """Keep this writer's run of appends; at each multiple of ``size`` write it as a segment
+        (one extra PUT per ``size`` appends). A run that another writer interleaved, or that
+        began before this writer opened, is left to ``compact``."""
+        if self._run and self._run[-1][0] != seq - 1:
+            self._run = []
+        if self._run or (seq - 1) % size == 0:
+            self._run.append((seq, data))
+        if seq % size == 0 and len(self._run) == size:
+            store = self.store
+            with contextlib.suppress(ObjectExists):
+                store.backend.create(
+                    store.layout.segment_key(self.id, self._run[0][0], seq),
+                    pack_segment(self.id, self.manifest.uid, self._run),
+                    tags=store.tags_for(self.manifest.retention),
+                )
+            self._run = []
 
     def _resolve_taken(self, seq: int, write_id: str) -> bytes:
         """A 412 at ``seq``: our own earlier attempt (lost response) is success, else a conflict."""

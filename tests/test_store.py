@@ -363,3 +363,46 @@ def test_many_appends_keep_order(memory_store: Store) -> None:
         writer.append([msg(str(i)) for i in range(low, min(low + 7, 300))])
     contents = [m["content"] for e in memory_store.replay("s") for m in e.messages]
     assert contents == [str(i) for i in range(300)]
+
+
+def test_compaction_segments_cut_replay_requests_and_keep_every_loose_event(
+    counting_store: tuple[Store, CountingStore],
+) -> None:
+    store, counting = counting_store
+    writer = store.open("s", create=True)
+    for i in range(250):
+        writer.append(msg(f"m{i}"))
+    assert store.compact("s", segment_size=100) == [(1, 100), (101, 200)]
+    assert store.compact("s", segment_size=100) == []  # idempotent: 201-250 is not a full run
+    counting.reset()
+    assert [e.messages[0]["content"] for e in store.replay("s")] == [f"m{i}" for i in range(250)]
+    assert counting.counts["GET"] == 1 + 2 + 50  # manifest, two segments, the loose tail
+    assert len([k for k in store.backend.list("root/sessions/s/") if "/segments/" not in k.key]) == 251
+    assert store.verify("s").events == 250
+    counting.reset()
+    assert store.open("s").head == 250
+    assert counting.counts == {"GET": 2, "LIST": 2}  # the newest segment is the floor: no galloping
+
+
+def test_a_writer_with_auto_compaction_packs_its_own_runs(memory_store: Store) -> None:
+    memory_store.auto_compact = 10
+    writer = memory_store.open("s", create=True)
+    for i in range(25):
+        writer.append(msg(f"m{i}"))
+    assert memory_store.info("s").segments == 2
+    assert [e.seq for e in memory_store.replay("s")] == list(range(1, 26))
+    assert memory_store.verify("s").events == 25
+
+
+def test_a_segment_that_does_not_match_its_events_is_an_integrity_error(memory_store: Store) -> None:
+    writer = memory_store.open("s", create=True)
+    for i in range(4):
+        writer.append(msg(f"m{i}"))
+    other = memory_store.open("t", create=True)
+    for i in range(2):
+        other.append(msg(f"t{i}"))
+    memory_store.compact("t", segment_size=2)
+    forged = memory_store.backend.get(memory_store.layout.segment_key("t", 1, 2)).data
+    memory_store.backend.create(memory_store.layout.segment_key("s", 1, 2), forged)
+    with pytest.raises(IntegrityError):
+        list(memory_store.replay("s"))
