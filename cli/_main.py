@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -37,7 +37,7 @@ EXIT_CODES: tuple[tuple[type[EvstoreError], int], ...] = (
     (EvstoreError, 1),
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class CommandError(click.ClickException):
@@ -234,6 +234,8 @@ def replay(state: Context, session: str, fmt: str, view: str, repair: str, start
         lines: Iterator[dict[str, Any]] = ({"message": m} for m in store.context(session, repair=repair))  # type: ignore[arg-type]
     else:
         lines = event_lines(store.replay(session, start=start, end=end), session)
+    if not sys.stdout.isatty():  # replaying into a file or pipe: count on a watching terminal
+        lines = counted(lines, Progress(unit="messages"))
     if fmt == "jsonl":
         write_jsonl(lines)
     elif fmt == "json":
@@ -506,16 +508,17 @@ def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
 
 
 class Progress:
-    """A counter on stderr while a terminal watches; nothing when piped."""
+    """A counter on stderr while a terminal watches; nothing when stderr is piped."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, unit: str = "objects") -> None:
         self.enabled = enabled and sys.stderr.isatty()
+        self.unit = unit
         self.count = 0
 
     def tick(self) -> None:
         self.count += 1
         if self.enabled and self.count % 100 == 0:
-            click.echo(f"\r{self.count} objects...", err=True, nl=False)
+            click.echo(f"\r{self.count} {self.unit}...", err=True, nl=False)
 
     def clear(self) -> None:
         if self.enabled and self.count >= 100:
@@ -536,6 +539,13 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
         return
     kid = evstore._crypto.add_key_to_file(keyring_path, key_id)
     click.echo(f"added key {kid} to {keyring_path} and made it active")
+
+
+def counted(items: Iterable[T], progress: Progress) -> Iterator[T]:
+    for item in items:
+        progress.tick()
+        yield item
+    progress.clear()
 
 
 def main() -> None:
