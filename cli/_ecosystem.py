@@ -1,0 +1,279 @@
+"""Commands that connect evstore to other tools: ``import``, ``export`` and ``tail``.
+
+``register(cli)`` adds them to the command group (``cli/_main.py`` calls it).
+This module never imports ``_main`` at import time, so either can be imported first.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+import click
+import msgspec
+
+from evstore import Event, IntegrityError, InvalidInputError, SessionNotFoundError, Store
+from evstore._codec import RewindBody
+from evstore._formats import (
+    FORMATS,
+    batch_messages,
+    encode_chatcli,
+    parse_chatcli,
+    parse_jsonl,
+    render_chatcli,
+    render_jsonl,
+)
+from evstore._ids import parse_seq, validate_session_id
+
+from ._output import event_lines, render_text, write_jsonl
+
+if TYPE_CHECKING:
+    from ._main import Context
+
+#: Largest file ``import`` reads (the events it makes are each within the store's event limit).
+MAX_IMPORT_BYTES = 1 << 30
+
+
+class _NoBar:
+    def update(self, steps: int) -> None:
+        pass
+
+
+def _progress(length: int, label: str) -> AbstractContextManager[Any]:
+    """A progress bar (``.update(n)``) on standard error when it is a terminal; nothing when piped."""
+    if sys.stderr.isatty():
+        return click.progressbar(length=length, label=label, file=sys.stderr)
+    return nullcontext(_NoBar())
+
+
+def _read_file(path: str) -> bytes:
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_IMPORT_BYTES + 1)
+    else:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_IMPORT_BYTES + 1)
+    if len(data) > MAX_IMPORT_BYTES:
+        raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
+    return data
+
+
+def _json_line(value: object) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+# ---- import -----------------------------------------------------------------
+
+
+@click.command("import")
+@click.argument("session")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="jsonl: a message per line; chatcli: ChatCLI.")
+@click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.pass_obj
+def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, as_json: bool) -> None:
+    """Create SESSION from FILE ('-' for standard input).
+
+    The messages go in as few events as the event size limit allows (one for
+    most files; each event is atomic). SESSION must not exist yet (exit 4).
+    """
+    validate_session_id(session)
+    data = _read_file(file)
+    if fmt == "chatcli":
+        messages = parse_chatcli(data)
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise click.UsageError(f"{file}: not valid UTF-8") from None
+        messages = list(parse_jsonl(text.splitlines()))
+        if not messages:
+            raise click.UsageError(f"{file}: no messages to import")
+    store: Store = state.store
+    batches = list(batch_messages(messages, store.max_event_bytes))  # refuse oversized input before any write
+    writer = store.create(session, retention="ephemeral" if ephemeral else "permanent")
+    seqs: list[int] = []
+    with _progress(len(messages), f"importing {session}") as bar:
+        for batch in batches:
+            seqs.append(writer.append(batch))
+            bar.update(len(batch))
+    if as_json:
+        _json_line({"session": session, "messages": len(messages), "events": len(seqs), "first_seq": seqs[0], "head": seqs[-1]})
+    else:
+        click.echo(f"imported {len(messages)} messages into {session} ({len(seqs)} events, seq {seqs[0]}-{seqs[-1]})")
+
+
+# ---- export -----------------------------------------------------------------
+
+
+@click.command("export")
+@click.argument("session")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="jsonl: a message per line; chatcli: ChatCLI.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-", help="File to write (default: stdout)."
+)
+@click.option("--json", "as_json", is_flag=True, help="With --output: print a summary as one JSON object.")
+@click.pass_obj
+def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -> None:
+    """Write SESSION's messages, every one as written (the audit view), to a file or stdout.
+
+    Summaries and the messages they stand for are both kept, as are messages
+    a rewind withdrew (a note on stderr says how many rewinds were skipped).
+    """
+    if as_json and output == "-":
+        raise click.UsageError("--json needs --output (stdout carries the export)")
+    store: Store = state.store
+    head = store.info(session).head
+    messages = []
+    rewinds = 0
+    with _progress(head, f"exporting {session}") as bar:
+        for event in store.replay(session):
+            if isinstance(event.body, RewindBody):
+                rewinds += 1
+            messages.extend(event.messages)
+            bar.update(1)
+    if fmt == "chatcli":
+        chunks: Iterator[bytes] = iter([encode_chatcli(render_chatcli(messages))])
+    else:
+        chunks = render_jsonl(messages)
+    with click.open_file(output, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+        out.flush()
+    if rewinds:
+        click.echo(
+            f"evstore: note: {session} has {rewinds} rewinds; the export holds every message as written,"
+            " withdrawn ones included (replay --view context shows what a model gets)",
+            err=True,
+        )
+    if as_json:
+        _json_line({"session": session, "messages": len(messages), "events": head, "rewinds": rewinds, "output": output})
+
+
+# ---- tail -------------------------------------------------------------------
+
+
+def follow(
+    store: Store,
+    session_id: str,
+    after: int,
+    *,
+    after_hash: str | None = None,
+    interval: float = 1.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Event]:
+    """Events after seq ``after`` as other writers append them, until ``should_stop()``.
+
+    Each poll is one LIST with ``StartAfter`` = the last seen event's key, so it
+    costs the same whatever the session's length; new events are then read
+    (``store.concurrency`` GETs at a time), opened, and chained to the previous
+    one (to event ``after`` too when ``after_hash`` is given). ``sleep(interval)``
+    runs between polls that found the log's end. ``SessionNotFoundError`` once
+    the session is deleted: the same listing shows its tombstone, or no longer
+    its manifest. For a fork, ``after`` must be at least the fork seq (the
+    inherited events are the parent's; ``store.replay`` reads them).
+    """
+    loaded = store._load(session_id)
+    if after < loaded.first_own - 1:
+        raise InvalidInputError(f"follow a fork from its fork seq {loaded.first_own - 1} on (replay reads the earlier events)")
+    manifest = loaded.manifest
+    layout = store.layout
+    prefix = layout.session_prefix(session_id)
+    last = after
+    prev_hash = after_hash
+    pool = store._executor()
+    while not should_stop():
+        page = store.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
+        names = [info.key[len(prefix) :] for info in page.objects]
+        seqs = [seq for seq in map(parse_seq, names) if seq is not None]
+        fetched = pool.map(lambda seq: store._get_event_bytes(session_id, seq), seqs)
+        for seq, data in zip(seqs, fetched, strict=True):
+            if seq != last + 1 or data is None:
+                raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
+            raw = store._decode_raw(manifest, seq, data)
+            if prev_hash is not None and raw.envelope.prev != prev_hash:
+                raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
+            env = raw.envelope
+            yield Event(session_id, seq, env.ts, env.wid, env.kid, raw.hash, store._open_body(manifest, raw))
+            last, prev_hash = seq, raw.hash
+            if should_stop():
+                return
+        if "tombstone" in names or (not page.truncated and "manifest" not in names):
+            raise SessionNotFoundError(session_id, "was deleted")
+        if not (page.truncated and len(seqs) == len(names)):
+            sleep(interval)
+
+
+@click.command("tail")
+@click.argument("session")
+@click.option("-f", "--follow", "following", is_flag=True, help="Keep printing events as they are appended (Ctrl-C stops).")
+@click.option(
+    "-n", "--events", "count", type=click.IntRange(min=0), default=10, show_default=True, help="Start with the last N events."
+)
+@click.option("--from", "start", type=click.IntRange(min=1), help="Start at this seq instead.")
+@click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True)
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--max-events", type=click.IntRange(min=1), help="Stop after printing this many events.")
+@click.option("--timeout", type=click.FloatRange(min=0), help="Stop following after this many seconds.")
+@click.pass_obj
+def tail(
+    state: Context,
+    session: str,
+    following: bool,
+    count: int,
+    start: int | None,
+    fmt: str,
+    interval: float,
+    max_events: int | None,
+    timeout: float | None,
+) -> None:
+    """Print SESSION's newest events; with --follow, keep printing them as other processes append.
+
+    Lines are those of replay (--format text or jsonl). Following costs one
+    LIST per poll, whatever the session's length. Exits 0 on Ctrl-C,
+    --max-events or --timeout; exit 3 if the session is deleted meanwhile.
+    """
+    store: Store = state.store
+    head = store.info(session).head
+    first = start if start is not None else max(1, head - count + 1)
+    printed = 0
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def show(event: Event) -> None:
+        lines = event_lines([event], session)
+        if fmt == "jsonl":
+            write_jsonl(lines)
+        else:
+            render_text(lines)
+
+    def done() -> bool:
+        return (max_events is not None and printed >= max_events) or (deadline is not None and time.monotonic() >= deadline)
+
+    try:
+        last, last_hash = first - 1, None
+        if start is not None or count:
+            for event in store.replay(session, start=first, end=head):
+                show(event)
+                printed += 1
+                last, last_hash = event.seq, event.hash
+                if max_events is not None and printed >= max_events:
+                    return
+        else:
+            last = head
+        if not following:
+            return
+        for event in follow(store, session, last, after_hash=last_hash, interval=interval, should_stop=done):
+            show(event)
+            printed += 1
+    except KeyboardInterrupt:
+        return
+
+
+def register(group: click.Group) -> None:
+    """Add ``import``, ``export`` and ``tail`` to the ``evstore`` command group."""
+    for command in (import_, export, tail):
+        group.add_command(command)

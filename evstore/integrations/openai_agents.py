@@ -1,0 +1,207 @@
+"""OpenAI Agents SDK session memory on evstore: ``EvstoreSession``.
+
+``EvstoreSession`` implements the SDK's ``Session`` protocol (``agents.memory.Session``)
+structurally, so this module does not import ``agents`` at all (the SDK takes
+seconds to import). Install the SDK with ``pip install 'evstore[openai-agents]'``::
+
+    from agents import Runner
+    from evstore.integrations.openai_agents import EvstoreSession
+
+    session = EvstoreSession("chat-42", evstore.open_store("s3://bucket/agents"))
+    await Runner.run(agent, "hello", session=session)
+
+Mapping (one evstore session per SDK session):
+
+* ``add_items(items)``: one event holding the batch (one PUT): a tool call is
+  written together with its output, atomically.
+* ``get_items(limit)``: the context view (``repair="none"``): the latest
+  ``limit`` items (else ``session_settings.limit``, else all), in order.
+* ``pop_item()``: a retraction of the newest item (``Session.pop``); returns it.
+* ``clear_session()``: a retraction of everything (``Session.clear``).
+
+Items are opaque JSON dicts. An item that already is a plain evstore message
+(``type`` absent or ``"message"``, role ``user|assistant|system|tool``, text or
+list content, none of evstore's own fields ``meta``, ``tool_calls``,
+``tool_call_id``, ``name``) is stored as it is. Every other item
+(``function_call``, ``function_call_output``, ``reasoning``, ``developer``
+messages, ...) is wrapped in a message that carries the exact item in
+``meta.openai_item``; a function call also gets ``tool_calls`` and its output
+``tool_call_id``, so ``evstore replay`` shows them and the context view can
+repair a call that never got its output. ``get_items`` returns the exact dicts
+that were added. Messages other tools appended (``evstore append``, an import)
+are translated: chat-completions tool calls become ``function_call`` items,
+tool messages ``function_call_output`` items, evstore fields are dropped.
+
+Writes are conditional: a writer appends at the head it knows, so a second
+process appending to the same session meanwhile makes the next write fail
+with ``WriteConflictError`` instead of interleaving turns silently. Blocking
+store calls run in a worker thread (``asyncio.to_thread``), one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._codec import ROLES, Message, Retention
+from .._store import Session, Store
+
+if TYPE_CHECKING:  # typing only: importing the SDK costs seconds
+    from agents.memory import SessionSettings
+
+__all__ = ["EvstoreSession", "item_to_message", "message_to_items"]
+
+T = TypeVar("T")
+#: The meta key of a wrapped item.
+ITEM_KEY = "openai_item"
+_EVSTORE_FIELDS = ("meta", "tool_calls", "tool_call_id", "name")
+_CALL_TYPES = frozenset({"function_call"})
+
+
+def _is_plain_message(item: dict[str, Any]) -> bool:
+    return (
+        item.get("type", "message") == "message"
+        and item.get("role") in ROLES
+        and isinstance(item.get("content"), str | list)
+        and not any(field in item for field in _EVSTORE_FIELDS)
+    )
+
+
+def item_to_message(item: dict[str, Any]) -> Message:
+    """The evstore message that stores one SDK item (the item itself, or a wrapper)."""
+    if not isinstance(item, dict):
+        raise TypeError(f"an item must be a dict, not {type(item).__name__}")
+    if _is_plain_message(item):
+        return item
+    kind = item.get("type", "message")
+    message: Message
+    if kind == "function_call_output" or (isinstance(kind, str) and kind.endswith("_output")):
+        message = {"role": "tool", "content": None}
+        if isinstance(item.get("call_id"), str):
+            message["tool_call_id"] = item["call_id"]
+    elif kind == "message" and item.get("role") in ("system", "developer"):
+        message = {"role": "system", "content": None}
+    elif kind == "message" and item.get("role") == "user":
+        message = {"role": "user", "content": None}
+    else:
+        message = {"role": "assistant", "content": None}
+        if kind in _CALL_TYPES and isinstance(item.get("call_id"), str):
+            function = {"name": item.get("name"), "arguments": item.get("arguments")}
+            message["tool_calls"] = [{"id": item["call_id"], "type": "function", "function": function}]
+    message["meta"] = {ITEM_KEY: item}
+    return message
+
+
+def message_to_items(message: Message) -> list[dict[str, Any]]:
+    """The SDK items one evstore message stands for (exactly the added item for our own)."""
+    meta = message.get("meta")
+    if isinstance(meta, dict) and isinstance(meta.get(ITEM_KEY), dict):
+        return [meta[ITEM_KEY]]
+    if not any(field in message for field in _EVSTORE_FIELDS):
+        return [message]
+    # written by another tool: translate chat-completions fields into Responses items
+    role = message.get("role")
+    content = message.get("content")
+    if role == "tool":
+        output = content if isinstance(content, str) else "" if content is None else content
+        return [{"type": "function_call_output", "call_id": message.get("tool_call_id") or "", "output": output}]
+    items: list[dict[str, Any]] = []
+    if content:
+        items.append({"role": role, "content": content})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id") or "",
+                    "name": function.get("name") or "",
+                    "arguments": function.get("arguments") or "",
+                }
+            )
+    return items
+
+
+class EvstoreSession:
+    """An OpenAI Agents SDK ``Session`` stored in evstore session ``session_id``.
+
+    ``create``: create the evstore session on first use when it does not exist
+    (else ``SessionNotFoundError``); ``retention`` applies to a created session.
+    ``session_settings``: the SDK's ``SessionSettings`` (its ``limit`` caps
+    ``get_items``). The store is opened lazily, in a worker thread, on the first call.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Store,
+        *,
+        create: bool = True,
+        retention: Retention = "permanent",
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.store = store
+        self.create = create
+        self.retention: Retention = retention
+        self._writer: Session | None = None
+        self._lock = threading.Lock()  # a writer is not thread-safe: one store call at a time
+
+    def __repr__(self) -> str:
+        return f"EvstoreSession({self.session_id!r}, {self.store!r})"
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        def locked() -> T:
+            with self._lock:
+                return work()
+
+        return await asyncio.to_thread(locked)
+
+    def _open(self) -> Session:
+        if self._writer is None:
+            self._writer = self.store.open(self.session_id, create=self.create, retention=self.retention)
+        return self._writer
+
+    def _items(self) -> list[dict[str, Any]]:
+        self._open()
+        messages = self.store.context(self.session_id, repair="none")
+        return [item for message in messages for item in message_to_items(message)]
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The latest ``limit`` items in order (default ``session_settings.limit``, else all)."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        items = await self._run(self._items)
+        if limit is None:
+            return items
+        return items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[dict[str, Any]]) -> None:
+        """Append the items as one event (atomic; one PUT at steady state)."""
+        if not items:
+            return
+        messages = [item_to_message(item) for item in items]
+        await self._run(lambda: self._open().append(messages))
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Withdraw the newest item (a retraction; the audit view keeps it) and return it, or None.
+
+        A message another tool wrote may stand for several items (text and tool
+        calls): it is withdrawn whole, and its last item is returned.
+        """
+
+        def pop() -> Message | None:
+            return self._open().pop()
+
+        message = await self._run(pop)
+        if message is None:
+            return None
+        items = message_to_items(message)
+        return items[-1] if items else None
+
+    async def clear_session(self) -> None:
+        """Withdraw every item (one retraction event; the audit view keeps them)."""
+        await self._run(lambda: self._open().clear())

@@ -1,0 +1,357 @@
+"""Strands Agents persistence on evstore: ``EvstoreSessionRepository``.
+
+An implementation of Strands' ``SessionRepository`` (install with
+``pip install 'evstore[strands]'``); this module imports ``strands``, ``import
+evstore`` never does::
+
+    from strands import Agent
+    from evstore.integrations.strands import session_manager
+
+    agent = Agent(session_manager=session_manager("chat-42", evstore.open_store("s3://bucket/agents")))
+
+Design: **one evstore session per Strands session** (id ``prefix + session_id``)
+holds everything Strands stores for it, in one hash-chained log:
+
+* the session record: a message ``{"role": "system", "content": null,
+  "meta": {"strands": {"kind": "session", "record": Session.to_dict()}}}``;
+* agent records (``kind: "agent"``, ``id``: agent id) and multi-agent states
+  (``kind: "multi_agent"``), one event per ``create_agent``/``update_agent``:
+  the latest live record wins;
+* the messages of every agent: the Strands message's own fields at the top
+  level (Bedrock-style ``role``/``content`` blocks, readable by ``evstore
+  replay``) and ``meta.strands = {"kind": "message", "agent", "id",
+  "redact_message", "created_at", "updated_at"}``. A message whose fields would
+  clash with evstore's goes whole into ``meta.strands.message`` instead.
+
+So ``create_message`` is one append (one PUT), ``update_agent`` one append
+(S3SessionManager: GET + PUT), restore is one replay, and ``store.fork`` of
+the evstore session forks the whole Strands session (every agent, its state,
+its messages): open the fork's id with a new session manager to resume the
+branch. Every write is conditional on the head this repository last saw:
+another process writing the same session meanwhile makes the write fail with
+``WriteConflictError`` rather than interleave. ``create_message`` also
+requires ``message_id`` to be the agent's message count (Strands numbers
+messages from its own memory, so a mismatch means a stale agent).
+With a keyring the store seals every record and message (AES-256-GCM).
+
+``update_message`` (guardrail redaction) is a rewind to the message's position
+followed by one event re-appending the replaced message and everything live
+after it: two events, each conditional. The audit view keeps the original
+event, so the unredacted text stays in the store's history (Strands itself
+has already overwritten it in memory, see below); delete the session, or
+rely on encryption and crypto-shredding, where the original must not survive.
+Note: Strands mutates the message it stored in place when it redacts, so the
+record's ``message`` arrives redacted too; records are serialised at write
+time, so earlier events are never affected by such mutations.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from strands.session import RepositorySessionManager, SessionRepository
+from strands.types.exceptions import SessionException
+from strands.types.session import Session, SessionAgent, SessionMessage
+
+from .._codec import ROLES, Message, MessagesBody, Retention, RewindBody
+from .._errors import SessionNotFoundError, WriteConflictError
+from .._store import Session as Writer
+from .._store import Store
+from .._views import ContextFolder, Position
+
+if TYPE_CHECKING:
+    from strands.multiagent.base import MultiAgentBase
+
+__all__ = ["EvstoreSessionRepository", "session_manager"]
+
+_EVSTORE_FIELDS = ("meta", "tool_calls", "tool_call_id", "name")
+
+
+def _strands_meta(message: Message) -> dict[str, Any] | None:
+    meta = message.get("meta")
+    entry = meta.get("strands") if isinstance(meta, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def _record(kind: str, record: dict[str, Any], record_id: str | None = None) -> Message:
+    entry: dict[str, Any] = {"kind": kind, "record": record}
+    if record_id is not None:
+        entry["id"] = record_id
+    return {"role": "system", "content": None, "meta": {"strands": entry}}
+
+
+def _message(agent_id: str, session_message: SessionMessage) -> Message:
+    data = session_message.to_dict()  # a deep copy, bytes as base64: later mutations of Strands' objects cannot reach it
+    entry: dict[str, Any] = {
+        "kind": "message",
+        "agent": agent_id,
+        "id": data["message_id"],
+        "redact_message": data["redact_message"],
+        "created_at": data["created_at"],
+        "updated_at": data["updated_at"],
+    }
+    message = data["message"]
+    if (
+        isinstance(message, dict)
+        and message.get("role") in ROLES
+        and isinstance(message.get("content"), list | str)
+        and not any(key in message for key in _EVSTORE_FIELDS)
+    ):
+        return {**message, "meta": {"strands": entry}}
+    entry["message"] = message
+    return {"role": "assistant", "content": None, "meta": {"strands": entry}}
+
+
+def _session_message(stored: Message) -> SessionMessage:
+    entry = _strands_meta(stored) or {}
+    message = entry["message"] if "message" in entry else {k: v for k, v in stored.items() if k != "meta"}
+    return SessionMessage.from_dict(
+        {
+            "message": message,
+            "message_id": entry.get("id"),
+            "redact_message": entry.get("redact_message"),
+            "created_at": entry.get("created_at"),
+            "updated_at": entry.get("updated_at"),
+        }
+    )
+
+
+@dataclass
+class _Log:
+    """One evstore session as this repository last saw it: its writer and its folded live messages.
+
+    Invariant: ``folder`` holds exactly the events up to ``writer.head``.
+    """
+
+    writer: Writer
+    folder: ContextFolder = field(default_factory=ContextFolder)
+
+    def live(self) -> list[tuple[Position, Message]]:
+        return self.folder.live
+
+
+class EvstoreSessionRepository(SessionRepository):
+    """Strands ``SessionRepository`` over an evstore ``Store`` (see the module docstring).
+
+    ``prefix`` is prepended to Strands session ids to make evstore session ids;
+    ``retention`` applies to sessions this repository creates. Thread-safe.
+    """
+
+    def __init__(self, store: Store, *, prefix: str = "", retention: Retention = "permanent") -> None:
+        self.store = store
+        self.prefix = prefix
+        self.retention: Retention = retention
+        self._logs: dict[str, _Log] = {}
+        self._lock = threading.RLock()
+
+    def evstore_id(self, session_id: str) -> str:
+        """The evstore session id of a Strands session."""
+        return self.prefix + session_id
+
+    # ---- the log ------------------------------------------------------------
+
+    def _fold(self, log: _Log, start: int) -> None:
+        end = log.writer.head
+        if start > end:
+            return
+        for event in self.store.replay(log.writer.id, start=start, end=end):
+            log.folder.add(event.seq, event.body)
+
+    def _log(self, session_id: str) -> _Log | None:
+        """The session's log brought up to date (events other writers appended are folded in);
+        None when the session does not exist."""
+        sid = self.evstore_id(session_id)
+        log = self._logs.get(sid)
+        if log is None:
+            try:
+                writer = self.store.open(sid)
+            except SessionNotFoundError:
+                return None
+            log = _Log(writer)
+            self._fold(log, 1)
+            self._logs[sid] = log
+            return log
+        seen = log.writer.head
+        try:
+            log.writer.refresh()
+        except SessionNotFoundError:
+            del self._logs[sid]
+            return None
+        self._fold(log, seen + 1)
+        return log
+
+    def _existing(self, session_id: str) -> _Log:
+        log = self._logs.get(self.evstore_id(session_id)) or self._log(session_id)
+        if log is None:
+            raise SessionException(f"session {session_id!r} does not exist")
+        return log
+
+    def _append(self, log: _Log, messages: list[Message]) -> None:
+        """One conditional event at the head this repository knows, folded in locally."""
+        seq = log.writer.append(messages, expected_head=log.writer.head)
+        log.folder.add(seq, MessagesBody(messages))
+
+    def _latest(self, log: _Log, kind: str, record_id: str | None) -> tuple[Position, dict[str, Any]] | None:
+        for position, message in reversed(log.live()):
+            entry = _strands_meta(message)
+            if entry is not None and entry.get("kind") == kind and entry.get("id") == record_id:
+                record = entry.get("record")
+                if isinstance(record, dict):
+                    return position, record
+        return None
+
+    def _messages(self, log: _Log, agent_id: str) -> list[tuple[Position, Message]]:
+        out = []
+        for position, message in log.live():
+            entry = _strands_meta(message)
+            if entry is not None and entry.get("kind") == "message" and entry.get("agent") == agent_id:
+                out.append((position, message))
+        return out
+
+    # ---- sessions -----------------------------------------------------------
+
+    def create_session(self, session: Session, **kwargs: Any) -> Session:
+        """Create the evstore session and write the session record (``WriteConflictError`` if it exists)."""
+        with self._lock:
+            writer = self.store.create(self.evstore_id(session.session_id), retention=self.retention)
+            log = _Log(writer)
+            self._logs[writer.id] = log
+            self._append(log, [_record("session", session.to_dict())])
+            return session
+
+    def read_session(self, session_id: str, **kwargs: Any) -> Session | None:
+        """The session record; its ``session_id`` is the one asked for (a fork's, for a fork)."""
+        with self._lock:
+            log = self._log(session_id)
+            found = self._latest(log, "session", None) if log is not None else None
+            if found is None:
+                return None
+            return Session.from_dict({**found[1], "session_id": session_id})
+
+    def delete_session(self, session_id: str, **kwargs: Any) -> None:
+        """Delete the evstore session (its forks keep what they need)."""
+        with self._lock:
+            self.store.delete(self.evstore_id(session_id))
+            self._logs.pop(self.evstore_id(session_id), None)
+
+    # ---- agents -------------------------------------------------------------
+
+    def create_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
+        with self._lock:
+            log = self._existing(session_id)
+            self._append(log, [_record("agent", session_agent.to_dict(), session_agent.agent_id)])
+
+    def read_agent(self, session_id: str, agent_id: str, **kwargs: Any) -> SessionAgent | None:
+        with self._lock:
+            log = self._log(session_id)
+            found = self._latest(log, "agent", agent_id) if log is not None else None
+            return SessionAgent.from_dict(found[1]) if found is not None else None
+
+    def update_agent(self, session_id: str, session_agent: SessionAgent, **kwargs: Any) -> None:
+        """A new agent record (one event); ``created_at`` stays the first record's."""
+        with self._lock:
+            log = self._existing(session_id)
+            found = self._latest(log, "agent", session_agent.agent_id)
+            if found is None:
+                raise SessionException(f"agent {session_agent.agent_id!r} does not exist in session {session_id!r}")
+            record = session_agent.to_dict()
+            record["created_at"] = found[1].get("created_at", record["created_at"])
+            self._append(log, [_record("agent", record, session_agent.agent_id)])
+
+    # ---- messages -----------------------------------------------------------
+
+    def create_message(self, session_id: str, agent_id: str, session_message: SessionMessage, **kwargs: Any) -> None:
+        """Append the message (one event, one PUT); its id must be the agent's message count."""
+        with self._lock:
+            log = self._existing(session_id)
+            count = len(self._messages(log, agent_id))
+            if session_message.message_id != count:
+                raise WriteConflictError(
+                    log.writer.id,
+                    log.writer.head + 1,
+                    f"agent {agent_id!r} has {count} messages, so the next message id is {count},"
+                    f" not {session_message.message_id} (stale agent?)",
+                )
+            self._append(log, [_message(agent_id, session_message)])
+
+    def read_message(self, session_id: str, agent_id: str, message_id: int, **kwargs: Any) -> SessionMessage | None:
+        with self._lock:
+            log = self._log(session_id)
+            if log is None:
+                return None
+            for _, message in self._messages(log, agent_id):
+                entry = _strands_meta(message)
+                if entry is not None and entry.get("id") == message_id:
+                    return _session_message(message)
+            return None
+
+    def update_message(self, session_id: str, agent_id: str, session_message: SessionMessage, **kwargs: Any) -> None:
+        """Replace a message: rewind to its position, then one event re-appending it (new
+        version) and every live entry after it. ``created_at`` stays the original's."""
+        with self._lock:
+            log = self._existing(session_id)
+            live = log.live()
+            index = next(
+                (
+                    i
+                    for i, (_, message) in enumerate(live)
+                    if (entry := _strands_meta(message)) is not None
+                    and entry.get("kind") == "message"
+                    and entry.get("agent") == agent_id
+                    and entry.get("id") == session_message.message_id
+                ),
+                None,
+            )
+            if index is None:
+                raise SessionException(f"message {session_message.message_id} of agent {agent_id!r} does not exist")
+            position, old = live[index]
+            replacement = _message(agent_id, session_message)
+            replacement["meta"]["strands"]["created_at"] = (_strands_meta(old) or {}).get("created_at")
+            after = [message for _, message in live[index + 1 :]]
+            writer = log.writer
+            rewind_seq = writer.rewind(position.seq, keep=position.index, expected_head=writer.head)
+            log.folder.add(rewind_seq, RewindBody(position.seq, position.index))
+            self._append(log, [replacement, *after])
+
+    def list_messages(
+        self, session_id: str, agent_id: str, limit: int | None = None, offset: int = 0, **kwargs: Any
+    ) -> list[SessionMessage]:
+        """The agent's live messages in order, from ``offset``, at most ``limit`` (one replay of new events)."""
+        with self._lock:
+            log = self._log(session_id)
+            if log is None:
+                return []
+            messages = self._messages(log, agent_id)[offset:]
+            if limit is not None:
+                messages = messages[:limit]
+            return [_session_message(message) for _, message in messages]
+
+    # ---- multi-agent --------------------------------------------------------
+
+    def create_multi_agent(self, session_id: str, multi_agent: MultiAgentBase, **kwargs: Any) -> None:
+        with self._lock:
+            log = self._existing(session_id)
+            self._append(log, [_record("multi_agent", multi_agent.serialize_state(), multi_agent.id)])
+
+    def read_multi_agent(self, session_id: str, multi_agent_id: str, **kwargs: Any) -> dict[str, Any] | None:
+        with self._lock:
+            log = self._log(session_id)
+            found = self._latest(log, "multi_agent", multi_agent_id) if log is not None else None
+            return found[1] if found is not None else None
+
+    def update_multi_agent(self, session_id: str, multi_agent: MultiAgentBase, **kwargs: Any) -> None:
+        with self._lock:
+            log = self._existing(session_id)
+            if self._latest(log, "multi_agent", multi_agent.id) is None:
+                raise SessionException(f"multi-agent {multi_agent.id!r} does not exist in session {session_id!r}")
+            self._append(log, [_record("multi_agent", multi_agent.serialize_state(), multi_agent.id)])
+
+
+def session_manager(
+    session_id: str, store: Store, *, prefix: str = "", retention: Retention = "permanent", **kwargs: Any
+) -> RepositorySessionManager:
+    """A Strands ``RepositorySessionManager`` for ``session_id`` over an ``EvstoreSessionRepository``."""
+    repository = EvstoreSessionRepository(store, prefix=prefix, retention=retention)
+    return RepositorySessionManager(session_id=session_id, session_repository=repository, **kwargs)

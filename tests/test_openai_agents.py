@@ -1,0 +1,219 @@
+"""The OpenAI Agents SDK adapter: EvstoreSession, with the real SDK and a scripted model (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evstore import MemoryStore, SessionNotFoundError, Store, WriteConflictError
+
+from .conftest import new_bucket
+from .helpers import CountingStore
+
+pytest.importorskip("agents")
+
+from agents import Runner
+from agents.memory import Session as SdkSession
+from agents.memory import SessionSettings
+
+from evstore.integrations.openai_agents import EvstoreSession
+
+from .scripts.openai_run import ScriptedModel, make_agent
+
+REPO = Path(__file__).resolve().parent.parent
+
+ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "weather in Oslo?"},
+    {"role": "developer", "content": "answer in one line"},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and Bergen?"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look it up"}]},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "rain"},
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Rain in Oslo.", "annotations": []}],
+    },
+    {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque", "extra": {"nested": [1, 2.5, None, True]}},
+]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def store() -> Store:
+    return Store(MemoryStore(), root="root")
+
+
+def test_implements_the_sdk_session_protocol(store: Store) -> None:
+    assert isinstance(EvstoreSession("s", store), SdkSession)
+
+
+def test_items_round_trip_exactly(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS))
+    back = run(EvstoreSession("s", store).get_items())
+    assert json.dumps(back) == json.dumps(ITEMS)  # same values, same key order
+
+
+def test_non_message_items_are_wrapped_with_a_valid_role(store: Store) -> None:
+    run(EvstoreSession("s", store).add_items(ITEMS))
+    stored = store.context("s", repair="none")
+    assert [m["role"] for m in stored] == ["user", "system", "user", "assistant", "assistant", "tool", "assistant", "assistant"]
+    assert stored[0] == ITEMS[0]  # a plain message is stored as it is
+    assert stored[4]["tool_calls"][0]["id"] == "call_1" and stored[5]["tool_call_id"] == "call_1"
+    assert stored[4]["meta"]["openai_item"] == ITEMS[4]
+
+
+def test_add_items_is_one_event_of_one_put_per_batch() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS[:2]))
+    counting.reset()
+    run(session.add_items(ITEMS[4:6]))
+    assert dict(counting.counts) == {"PUT": 1}
+    assert [len(event.messages) for event in store.replay("s")] == [2, 2]
+
+
+def test_get_items_limit_returns_the_latest_in_order(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS))
+    assert run(session.get_items(limit=3)) == ITEMS[-3:]
+    assert run(session.get_items(limit=0)) == []
+
+
+def test_session_settings_limit_applies_when_no_limit_is_given(store: Store) -> None:
+    session = EvstoreSession("s", store, session_settings=SessionSettings(limit=2))
+    run(session.add_items(ITEMS))
+    assert run(session.get_items()) == ITEMS[-2:]
+    assert run(session.get_items(limit=4)) == ITEMS[-4:]
+
+
+def test_pop_item_withdraws_and_returns_the_newest_item(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS[:5]))
+    run(session.add_items(ITEMS[5:]))
+    assert run(session.pop_item()) == ITEMS[-1]
+    assert run(session.pop_item()) == ITEMS[-2]
+    assert run(session.get_items()) == ITEMS[:-2]
+    audit = [m for event in store.replay("s") for m in event.messages]
+    assert len(audit) == len(ITEMS)  # a retraction: the audit view keeps what was popped
+
+
+def test_pop_item_of_an_empty_session_returns_none(store: Store) -> None:
+    assert run(EvstoreSession("s", store).pop_item()) is None
+
+
+def test_clear_session_withdraws_every_item(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS))
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+    run(session.add_items(ITEMS[:1]))
+    assert run(session.get_items()) == ITEMS[:1]
+
+
+def test_a_second_writer_meanwhile_makes_the_write_fail(store: Store) -> None:
+    first, second = EvstoreSession("s", store), EvstoreSession("s", store)
+    run(first.add_items(ITEMS[:1]))
+    run(second.get_items())  # opens its writer at head 1
+    run(first.add_items(ITEMS[1:2]))
+    with pytest.raises(WriteConflictError):
+        run(second.add_items(ITEMS[2:3]))
+    assert run(EvstoreSession("s", store).get_items()) == ITEMS[:2]
+
+
+def test_without_create_a_missing_session_is_not_found(store: Store) -> None:
+    with pytest.raises(SessionNotFoundError):
+        run(EvstoreSession("missing", store, create=False).get_items())
+
+
+def test_messages_other_tools_appended_become_responses_items(store: Store) -> None:
+    store.open("s", create=True).append(
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "t1", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "done"},
+        ]
+    )
+    assert run(EvstoreSession("s", store).get_items()) == [
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "t1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "t1", "output": "done"},
+    ]
+
+
+def test_streamed_run_persists_its_items(store: Store) -> None:
+    async def streamed() -> None:
+        result = Runner.run_streamed(make_agent(ScriptedModel()), "weather?", session=EvstoreSession("s", store))
+        async for _ in result.stream_events():
+            pass
+
+    run(streamed())
+    items = run(EvstoreSession("s", store).get_items())
+    assert [item.get("type", "message") for item in items] == ["message", "function_call", "function_call_output", "message"]
+
+
+def test_a_new_process_resumes_the_conversation(moto_endpoint: str) -> None:
+    backend = new_bucket(moto_endpoint)
+    store = Store(backend, root="root")
+    first = run(Runner.run(make_agent(ScriptedModel()), "weather in the first city?", session=EvstoreSession("chat", store)))
+    assert first.final_output == "The tool said: sunny in City1"
+    persisted = run(EvstoreSession("chat", store).get_items())
+    assert [item.get("type", "message") for item in persisted] == ["message", "function_call", "function_call_output", "message"]
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("OPENAI_API_KEY", None)  # the script sets a dummy one
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "scripts" / "openai_run.py"),
+            "--endpoint",
+            moto_endpoint,
+            "--bucket",
+            backend.bucket,
+            "--session",
+            "chat",
+            "--label",
+            "B",
+            "and the second city?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads(completed.stdout)
+    # the second process's first model call saw the first run's items, then the new prompt
+    assert report["model_inputs"][0] == [*persisted, {"content": "and the second city?", "role": "user"}]
+    assert report["final_output"] == "BThe tool said: sunny in CityB1"
+    items = run(EvstoreSession("chat", store).get_items())
+    assert items[:4] == persisted and len(items) == 8
+    assert items[6] == {"call_id": "call_B1", "output": "sunny in CityB1", "type": "function_call_output"}
+
+
+@pytest.mark.parametrize("framework", ["agents", "strands", "openai"])
+def test_import_evstore_does_not_import_the_frameworks(framework: str) -> None:
+    code = f"import sys, evstore, evstore.integrations; sys.exit(1 if {framework!r} in sys.modules else 0)"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_the_adapter_module_does_not_import_the_sdk() -> None:
+    code = "import sys, evstore.integrations.openai_agents; sys.exit(1 if 'agents' in sys.modules else 0)"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
+    assert completed.returncode == 0, completed.stderr
