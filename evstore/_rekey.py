@@ -142,7 +142,9 @@ def rekey(store: Store, session_id: str) -> RekeyResult:
                     tags=store.tags_for(manifest.retention),
                 )
             except PreconditionFailed:
-                raise WriteConflictError(session_id, seq, "the event was replaced concurrently (another rekey?)") from None
+                # a retried replace whose first attempt succeeded meets its own bytes: that is success
+                if store.backend.get(store.layout.event_key(session_id, seq)).data != data:
+                    raise WriteConflictError(session_id, seq, "the event was replaced concurrently (another rekey?)") from None
             resealed += 1
         start = plans[-1][0] + 1
     return RekeyResult(session_id, kid, resealed, current, records)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import boto3
 import botocore.exceptions
@@ -39,6 +39,7 @@ from ._base import (
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 _CONFLICT_RETRIES = 6
+T = TypeVar("T")
 
 
 def _code(exc: botocore.exceptions.ClientError) -> str:
@@ -109,7 +110,10 @@ class S3Store(ObjectStore):
                     raise PreconditionFailed(key) from None
                 if "IfMatch" in condition and _code(exc) in _MISSING:
                     raise PreconditionFailed(key) from None  # If-Match on an absent key: 404
-                if _status(exc) == 409 and attempt + 1 < _CONFLICT_RETRIES:
+                # 409: AWS's ConditionalRequestConflict. 500 on a conditional PUT: RGW 16's answer to a
+                # racing If-Match (ECANCELED), which botocore stops retrying once its retry quota is spent.
+                retryable = _status(exc) == 409 or (_status(exc) == 500 and bool(condition))
+                if retryable and attempt + 1 < _CONFLICT_RETRIES:
                     time.sleep(0.05 * 2**attempt)
                     continue
                 raise self._fail("put", key, exc) from None
@@ -150,27 +154,28 @@ class S3Store(ObjectStore):
         self._unquoted_if_match = True
         return self._put(key, data, metadata, tags, IfMatch=quoted.strip('"'))
 
-    def get(self, key: str) -> StoredObject:
+    def _call(self, action: str, key: str, request: Callable[[], T]) -> T:
+        """Run one request; a missing key raises ``ObjectMissing``, any other failure
+        (after botocore's bounded retries) ``StoreUnavailableError``."""
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-            data = response["Body"].read()
+            return request()
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in _MISSING:
                 raise ObjectMissing(key) from None
-            raise self._fail("get", key, exc) from None
+            raise self._fail(action, key, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
-            raise self._fail("get", key, exc) from None
+            raise self._fail(action, key, exc) from None
+
+    def get(self, key: str) -> StoredObject:
+        def request() -> tuple[dict[str, Any], bytes]:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            return response, response["Body"].read()
+
+        response, data = self._call("get", key, request)
         return StoredObject(key, data, str(response["ETag"]), response["LastModified"], dict(response.get("Metadata", {})))
 
     def head(self, key: str) -> ObjectInfo:
-        try:
-            response = self.client.head_object(Bucket=self.bucket, Key=key)
-        except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _MISSING:
-                raise ObjectMissing(key) from None
-            raise self._fail("head", key, exc) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._fail("head", key, exc) from None
+        response = self._call("head", key, lambda: self.client.head_object(Bucket=self.bucket, Key=key))
         return ObjectInfo(
             key,
             int(response["ContentLength"]),
@@ -228,14 +233,7 @@ class S3Store(ObjectStore):
             )
 
     def get_tags(self, key: str) -> dict[str, str]:
-        try:
-            response = self.client.get_object_tagging(Bucket=self.bucket, Key=key)
-        except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _MISSING:
-                raise ObjectMissing(key) from None
-            raise self._fail("get tags of", key, exc) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._fail("get tags of", key, exc) from None
+        response = self._call("get tags of", key, lambda: self.client.get_object_tagging(Bucket=self.bucket, Key=key))
         return {str(t["Key"]): str(t["Value"]) for t in response.get("TagSet", [])}
 
     def get_lifecycle(self) -> list[LifecycleRule]:
