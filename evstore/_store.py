@@ -666,9 +666,11 @@ class Store:
         page = self.backend.list_page(prefix, max_keys=1)
         if not page.objects:
             return
+        if self._read_manifest(session_id) is not None:
+            raise SessionExistsError(session_id)  # alive, or deleted and kept for its forks
         if parse_seq(page.objects[0].key[len(prefix) :]) is not None:
             raise SessionExpiredError(session_id, "its manifest is gone but events remain (gc removes them)")
-        raise SessionExistsError(session_id, "was deleted and is kept for its forks, or left objects that gc removes")
+        raise SessionExistsError(session_id, "was removed but left objects that gc removes")
 
     def _tombstoned(self, session_id: str) -> bool:
         try:
