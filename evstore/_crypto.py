@@ -18,15 +18,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from ._codec import b64decode, b64encode
 from ._errors import InvalidInputError
+
+if TYPE_CHECKING:  # cryptography loads on first use: plaintext stores never pay its import time
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 KEY_BYTES = 32
 SALT_BYTES = 32
@@ -138,6 +138,10 @@ def new_salt() -> bytes:
 
 
 def derive_session_key(master: bytes, salt: bytes, session_id: str) -> AESGCM:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=b"evstore/v1/session/" + session_id.encode())
     return AESGCM(hkdf.derive(master))
 
@@ -149,6 +153,8 @@ def seal(key: AESGCM, plaintext: bytes, aad: bytes) -> bytes:
 
 def open_sealed(key: AESGCM, sealed: bytes, aad: bytes) -> bytes | None:
     """The plaintext, or None when the tag does not verify (wrong key, moved or edited object)."""
+    from cryptography.exceptions import InvalidTag
+
     if len(sealed) < NONCE_BYTES + 16:
         return None
     try:

@@ -22,7 +22,7 @@ that salt.
 from __future__ import annotations
 
 import contextlib
-import uuid
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -128,7 +128,7 @@ def rekey(store: Store, session_id: str) -> RekeyResult:
             [p[1] for p in plans],
             [sha256_hex(p[2]) for p in plans],
         )
-        record_key = f"{prefix}rekeys/{format_ts(store.clock())}-{uuid.uuid4().hex[:8]}"
+        record_key = f"{prefix}rekeys/{format_ts(store.clock())}-{os.urandom(4).hex()}"
         store.backend.create(record_key, encode_json(record), tags=store.tags_for(manifest.retention))
         records.append(record_key)
         store._forget_aliases(session_id)

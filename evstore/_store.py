@@ -25,16 +25,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
@@ -80,6 +77,10 @@ from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
 from ._views import ContextFolder, Event, Position, Repair
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     from ._gc import ExpiringObject, GcReport, OnRemove
     from ._rekey import RekeyRecord, RekeyResult, ShredResult
 
@@ -384,6 +385,8 @@ class Store:
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="evstore-get")
             return self._pool
 
@@ -637,7 +640,7 @@ class Store:
         return Manifest(
             FORMAT_VERSION,
             session_id,
-            uuid.uuid4().hex,
+            os.urandom(16).hex(),
             format_ts(self.clock()),
             retention,
             parent,
@@ -1062,7 +1065,7 @@ class Session:
         plaintext = encode_body(body, store.max_event_bytes)
         kid, key = self._seal_key()
         seq = self._head + 1
-        write_id = uuid.uuid4().hex
+        write_id = os.urandom(16).hex()
         envelope = Envelope(
             FORMAT_VERSION, self.id, self.manifest.uid, seq, format_ts(store.clock()), write_id, self._head_hash, kid
         )
