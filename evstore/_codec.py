@@ -219,3 +219,50 @@ def decode_tombstone(data: bytes, session_id: str) -> Tombstone:
         return msgspec.json.decode(data, type=Tombstone)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise IntegrityError(session_id, None, f"tombstone does not decode ({exc})") from None
+
+
+# ---- compaction segments --------------------------------------------------
+# A segment is the exact bytes of a run of events, so the chain and GCM tags
+# check them as they check loose events: b"evstore-segment\n", one JSON header
+# line (session id, uid, first seq, the length of each event), the bytes.
+
+_SEGMENT_MAGIC = b"evstore-segment\n"
+
+
+class _SegmentHeader(msgspec.Struct):
+    sid: str
+    uid: str
+    first: int
+    lengths: list[int]
+
+
+def pack_segment(session_id: str, uid: str, events: list[tuple[int, bytes]]) -> bytes:
+    header = _SegmentHeader(session_id, uid, events[0][0], [len(data) for _, data in events])
+    return _SEGMENT_MAGIC + msgspec.json.encode(header) + b"\n" + b"".join(data for _, data in events)
+
+
+def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+    bad = IntegrityError(session_id, first, f"segment {first}-{last} does not decode")
+    if not data.startswith(_SEGMENT_MAGIC):
+        raise bad
+    line_end = data.find(b"\n", len(_SEGMENT_MAGIC))
+    try:
+        header = msgspec.json.decode(data[len(_SEGMENT_MAGIC) : line_end], type=_SegmentHeader)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise bad from None
+    if (
+        line_end < 0
+        or header.sid != session_id
+        or header.uid != uid
+        or header.first != first
+        or len(header.lengths) != last - first + 1
+        or any(n < 0 for n in header.lengths)
+        or sum(header.lengths) != len(data) - line_end - 1
+    ):
+        raise bad
+    events = []
+    offset = line_end + 1
+    for i, length in enumerate(header.lengths):
+        events.append((first + i, data[offset : offset + length]))
+        offset += length
+    return events

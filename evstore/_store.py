@@ -59,7 +59,9 @@ from ._codec import (
     encode_manifest,
     format_ts,
     header_aad,
+    pack_segment,
     sha256_hex,
+    unpack_segment,
     validate_message,
 )
 from ._crypto import Keyring, derive_session_key, new_salt, open_sealed, seal
@@ -88,7 +90,6 @@ if TYPE_CHECKING:
 WRITE_ID_METADATA = "evstore-write-id"
 #: The tag every object of an ephemeral session carries, set by the PUT itself.
 RETENTION_TAG = _lifecycle.RETENTION_TAG
-_SEGMENT_MAGIC = b"evstore-segment\n"
 _DEFAULT_GRACE = timedelta(days=1)
 
 
@@ -135,13 +136,6 @@ class VerifyResult:
     expected: Receipt | None = None
     #: The expected receipt names an event a rekey re-sealed: it is extended, as recorded in a rekey record.
     superseded_by_rekey: bool = False
-
-
-class _SegmentHeader(msgspec.Struct):
-    sid: str
-    uid: str
-    first: int
-    lengths: list[int]
 
 
 @dataclass(frozen=True)
@@ -918,38 +912,6 @@ class Store:
         from ._gc import preview
 
         return preview(self, at)
-
-
-def pack_segment(session_id: str, uid: str, events: list[tuple[int, bytes]]) -> bytes:
-    header = _SegmentHeader(session_id, uid, events[0][0], [len(data) for _, data in events])
-    return _SEGMENT_MAGIC + msgspec.json.encode(header) + b"\n" + b"".join(data for _, data in events)
-
-
-def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
-    bad = IntegrityError(session_id, first, f"segment {first}-{last} does not decode")
-    if not data.startswith(_SEGMENT_MAGIC):
-        raise bad
-    line_end = data.find(b"\n", len(_SEGMENT_MAGIC))
-    try:
-        header = msgspec.json.decode(data[len(_SEGMENT_MAGIC) : line_end], type=_SegmentHeader)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise bad from None
-    if (
-        line_end < 0
-        or header.sid != session_id
-        or header.uid != uid
-        or header.first != first
-        or len(header.lengths) != last - first + 1
-        or any(n < 0 for n in header.lengths)
-        or sum(header.lengths) != len(data) - line_end - 1
-    ):
-        raise bad
-    events = []
-    offset = line_end + 1
-    for i, length in enumerate(header.lengths):
-        events.append((first + i, data[offset : offset + length]))
-        offset += length
-    return events
 
 
 class Session:
