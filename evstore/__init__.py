@@ -13,12 +13,13 @@ from ._errors import (
     IntegrityError,
     InvalidInputError,
     KeyRequiredError,
+    SessionExistsError,
     SessionExpiredError,
     SessionNotFoundError,
     StoreUnavailableError,
     WriteConflictError,
 )
-from ._store import DeleteResult, Session, SessionExistsError, SessionInfo, Store, VerifyResult
+from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
 from ._url import default_store_url, open_store
 from ._views import Event, Repair
 

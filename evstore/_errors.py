@@ -9,6 +9,7 @@ each class to its own exit code (documented in the README)::
      │    └── KeyRequiredError        2  an encrypted session needs a key that is not configured
      ├── SessionNotFoundError         3  no such session (never created, or deleted)
      ├── WriteConflictError           4  another writer took the seq
+     │    └── SessionExistsError      4  a session of that id already exists
      ├── IntegrityError               5  an object does not decode, does not belong where
      │                                   it is, fails its tag, or breaks the chain
      └── SessionExpiredError          6  the session's manifest or first events are gone
@@ -23,6 +24,7 @@ __all__ = [
     "IntegrityError",
     "InvalidInputError",
     "KeyRequiredError",
+    "SessionExistsError",
     "SessionExpiredError",
     "SessionNotFoundError",
     "StoreUnavailableError",
@@ -70,6 +72,15 @@ class WriteConflictError(EvstoreError):
         super().__init__(message + (f": {detail}" if detail else " (refresh and retry)"))
         self.session_id = session_id
         self.seq = seq
+
+
+class SessionExistsError(WriteConflictError):
+    """Creating (or forking into) a session whose id is taken."""
+
+    def __init__(self, session_id: str, detail: str = "already exists") -> None:
+        EvstoreError.__init__(self, f"session {session_id!r} {detail}")
+        self.session_id = session_id
+        self.seq = 0
 
 
 class IntegrityError(EvstoreError):

@@ -69,6 +69,7 @@ from ._errors import (
     IntegrityError,
     InvalidInputError,
     KeyRequiredError,
+    SessionExistsError,
     SessionExpiredError,
     SessionNotFoundError,
     StoreUnavailableError,
@@ -91,15 +92,6 @@ WRITE_ID_METADATA = "evstore-write-id"
 #: The tag every object of an ephemeral session carries, set by the PUT itself.
 RETENTION_TAG = _lifecycle.RETENTION_TAG
 _DEFAULT_GRACE = timedelta(days=1)
-
-
-class SessionExistsError(WriteConflictError):
-    """A session (or fork) of that id already exists."""
-
-    def __init__(self, session_id: str, detail: str = "already exists") -> None:
-        Exception.__init__(self, f"session {session_id!r} {detail}")
-        self.session_id = session_id
-        self.seq = 0
 
 
 @dataclass(frozen=True)
@@ -145,7 +137,6 @@ class _Meta:
     tombstone: bool = False
     segments: list[tuple[int, int]] = field(default_factory=list)
     forks: list[tuple[str, str]] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -241,7 +232,6 @@ class Store:
         tombstone = False
         segments: list[tuple[int, int]] = []
         forks: list[tuple[str, str]] = []
-        extra: list[str] = []
         for info in self.backend.list(prefix, start_after=self.layout.after_events(session_id)):
             name = info.key[len(prefix) :]
             if name == "tombstone":
@@ -250,9 +240,7 @@ class Store:
                 segments.append(segment)
             elif (fork := parse_fork_marker(name)) is not None:
                 forks.append(fork)
-            else:
-                extra.append(name)
-        return _Meta(tombstone, sorted(segments), forks, extra)
+        return _Meta(tombstone, sorted(segments), forks)
 
     def _gone(self, session_id: str) -> SessionNotFoundError | SessionExpiredError:
         """The error for a session without a manifest: expired if events remain, else not found."""
