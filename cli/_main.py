@@ -59,7 +59,17 @@ def exit_code_for(error: EvstoreError) -> int:
 
 
 class Group(click.Group):
-    """Turns library errors into one-line messages with their exit codes."""
+    """Turns library errors, and usage errors, into one-line messages with their exit codes."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # a bare `evstore` keeps showing its help
+        except click.UsageError as error:
+            raise CommandError(error.format_message(), 2) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -70,6 +80,10 @@ class Group(click.Group):
             # the reader went away (``| head``): stop quietly
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
             raise SystemExit(0) from None
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as error:
+            raise CommandError(error.format_message(), 2) from None
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
             raise
         except Exception as error:

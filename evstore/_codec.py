@@ -119,7 +119,7 @@ def validate_message(message: object) -> Message:
     if not isinstance(message, dict):
         raise InvalidInputError(f"a message must be a JSON object, not {type(message).__name__}")
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidInputError(f"message role must be one of {', '.join(sorted(ROLES))}, not {role!r}"[:200])
     content = message.get("content")
     if content is not None and not isinstance(content, str | list):
@@ -148,7 +148,7 @@ def decode_message_json(text: str | bytes) -> Message:
 def encode_json(value: object) -> bytes:
     try:
         return _json_encoder.encode(value)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, UnicodeEncodeError, msgspec.EncodeError) as exc:
         raise InvalidInputError(f"cannot encode as JSON: {exc}") from None
 
 

@@ -26,7 +26,7 @@ import contextlib
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -270,8 +270,9 @@ class Store:
             return False
         return True
 
-    def _find_head(self, loaded: _Loaded) -> int:
-        """The highest seq of the session, starting from its newest segment.
+    def _find_head(self, loaded: _Loaded, known: int = 0) -> int:
+        """The highest seq of the session, starting from its newest segment or ``known``
+        (a seq the caller knows exists: a writer's own head).
 
         One LIST when fewer than 1,000 events follow the newest segment;
         otherwise HEAD probes gallop up from the end of that page (doubling the
@@ -280,7 +281,7 @@ class Store:
         """
         session_id = loaded.manifest.sid
         prefix = self.layout.session_prefix(session_id)
-        floor = max((last for _, last in loaded.meta.segments), default=0)
+        floor = max([known, *(last for _, last in loaded.meta.segments)])
 
         def tail_from(seq: int) -> tuple[list[int], bool]:
             start = self.layout.event_key(session_id, seq) if seq else ""
@@ -544,7 +545,7 @@ class Store:
         loaded = self._load(session_id)
         head = self._find_head(loaded)
         manifest = loaded.manifest
-        forks = [child for child, _ in loaded.meta.forks]
+        forks = self._live_forks(manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
         return SessionInfo(
             session_id,
             manifest.uid,
@@ -639,10 +640,24 @@ class Store:
         self._require_free(sid)
         data = encode_manifest(manifest)
         try:
-            self.backend.create(self.layout.manifest_key(sid), data, tags=self.tags_for(manifest.retention))
+            self._create_once(self.layout.manifest_key(sid), data, self.tags_for(manifest.retention))
         except ObjectExists:
             raise SessionExistsError(sid) from None
         return sha256_hex(data)
+
+    def _create_once(self, key: str, data: bytes, tags: Mapping[str, str]) -> None:
+        """Create ``key`` (``If-None-Match``). A 412 whose stored bytes are ours is our own
+        earlier attempt, whose answer was lost and which botocore retried: success.
+        Otherwise ``ObjectExists``. The bytes are unique (they carry a random uid or time)."""
+        try:
+            self.backend.create(key, data, tags=tags)
+        except ObjectExists:
+            try:
+                if self.backend.get(key).data == data:
+                    return
+            except ObjectMissing:
+                pass
+            raise
 
     def _require_free(self, session_id: str) -> None:
         """A new session may only start in an empty prefix: never over the remnants of an
@@ -746,9 +761,9 @@ class Store:
         manifest = self._new_manifest(target, retention, ref)
         self._require_free(target)
         marker = self.layout.fork_marker_key(source, target, manifest.uid)
-        self.backend.create(marker, encode_json({"seq": at}), tags=self.tags_for(retention))
+        self._create_once(marker, encode_json({"seq": at, "uid": manifest.uid}), self.tags_for(retention))
         try:
-            self.backend.create(self.layout.manifest_key(target), encode_manifest(manifest), tags=self.tags_for(retention))
+            self._create_once(self.layout.manifest_key(target), encode_manifest(manifest), self.tags_for(retention))
         except ObjectExists:
             # best effort (a writer role may not delete): gc removes a marker whose fork does not exist
             with contextlib.suppress(StoreUnavailableError):
@@ -777,9 +792,7 @@ class Store:
         manifest = loaded.manifest
         tombstone = Tombstone(session_id, manifest.uid, format_ts(self.clock()))
         try:
-            self.backend.create(
-                self.layout.tombstone_key(session_id), encode_json(tombstone), tags=self.tags_for(manifest.retention)
-            )
+            self._create_once(self.layout.tombstone_key(session_id), encode_json(tombstone), self.tags_for(manifest.retention))
         except ObjectExists:
             raise SessionNotFoundError(session_id, "was deleted") from None
         live = self.live_forks(session_id, manifest.uid)
@@ -789,9 +802,15 @@ class Store:
 
     def live_forks(self, session_id: str, uid: str) -> list[str]:
         """Forks of the session whose manifests still exist (a deleted fork's too, while it is kept)."""
+        return self._live_forks(uid, self._read_meta(session_id).forks)
+
+    def _live_forks(self, uid: str, markers: list[tuple[str, str]]) -> list[str]:
         live = []
-        for child, child_uid in self._read_meta(session_id).forks:
-            found = self._read_manifest(child)
+        for child, child_uid in markers:
+            try:
+                found = self._read_manifest(validate_session_id(child))
+            except (InvalidInputError, IntegrityError):
+                continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
             if found is not None and found[0].uid == child_uid and found[0].parent is not None and found[0].parent.uid == uid:
                 live.append(child)
         return sorted(live)
@@ -995,7 +1014,8 @@ class Session:
         loaded = store._load(self.id)
         if loaded.manifest.uid != self.manifest.uid:
             raise SessionNotFoundError(self.id, "was deleted and created again")
-        head = store._find_head(loaded)
+        known = self._head if self._head >= loaded.first_own else 0
+        head = store._find_head(loaded, known)
         if head > self._head:
             self._head, self._head_hash, self._seal_kid = store._head_state(loaded, head)
 

@@ -37,7 +37,12 @@ def open_backend(
 ) -> tuple[ObjectStore, str]:
     """The backend a URL names, and the store root inside it."""
     env = os.environ if environ is None else environ
-    parsed = urllib.parse.urlsplit(url)
+    if not url.isprintable():  # control characters, NUL, lone surrogates
+        raise InvalidInputError(f"store URL {url[:100]!r} has characters a URL cannot have")
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError:
+        raise InvalidInputError(f"store URL {url[:100]!r} does not parse") from None
     scheme = parsed.scheme.lower()
     if parsed.query or parsed.fragment:
         raise InvalidInputError(f"store URL {url[:100]!r} must not have a query or fragment")
@@ -46,7 +51,13 @@ def open_backend(
     if scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
             raise InvalidInputError(f"store URL {url[:100]!r}: use file:///absolute/path")
-        return LocalStore(urllib.parse.unquote(parsed.path)), ""
+        try:
+            path = urllib.parse.unquote(parsed.path, errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidInputError(f"store URL {url[:100]!r}: the path is not UTF-8") from None
+        if "\x00" in path:
+            raise InvalidInputError(f"store URL {url[:100]!r}: the path has a NUL byte")
+        return LocalStore(path), ""
     if scheme == "s3":
         bucket = parsed.netloc
         if not _BUCKET.fullmatch(bucket) or ".." in bucket:

@@ -406,3 +406,42 @@ def test_a_segment_that_does_not_match_its_events_is_an_integrity_error(memory_s
     memory_store.backend.create(memory_store.layout.segment_key("s", 1, 2), forged)
     with pytest.raises(IntegrityError):
         list(memory_store.replay("s"))
+
+
+def test_refresh_lists_from_the_writers_head_not_from_seq_one(counting_store: tuple[Store, CountingStore]) -> None:
+    store, counting = counting_store
+    writer = store.open("s", create=True)
+    for i in range(3000):
+        writer.append(msg(f"m{i}"))
+    other = store.open("s")
+    other.append(msg("theirs"))
+    counting.reset()
+    assert writer.refresh() == 3001
+    assert counting.counts == {"GET": 2, "LIST": 2}  # manifest, non-event objects, from the head, the new head
+
+
+def test_a_lost_response_on_create_or_fork_is_our_own_success() -> None:
+    backend = MemoryStore()
+    store = Store(backend, root="root")
+    real_create = backend.create
+
+    def create_twice(key: str, data: bytes, **kwargs: object) -> str:
+        real_create(key, data, **kwargs)  # type: ignore[arg-type]
+        return real_create(key, data, **kwargs)  # type: ignore[arg-type]  # the retry meets our own object
+
+    backend.create = create_twice  # type: ignore[method-assign]
+    writer = store.create("s")
+    writer.append(msg("a"))
+    fork = store.fork("s", "f")
+    store.delete("f")
+    backend.create = real_create  # type: ignore[method-assign]
+    assert fork.head == 1 and store.info("s").forks == []
+    assert [e.messages[0]["content"] for e in store.replay("s")] == ["a"]
+
+
+def test_lone_surrogates_and_unhashable_roles_are_invalid_input(memory_store: Store) -> None:
+    writer = memory_store.open("s", create=True)
+    for bad in ({"role": "user", "content": "\ud800"}, {"role": [], "content": "x"}):
+        with pytest.raises(InvalidInputError):
+            writer.append(bad)
+    assert writer.head == 0

@@ -66,7 +66,7 @@ class S3Store(ObjectStore):
         self.location = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
         if client is None:
             config = Config(
-                retries={"mode": "standard", "max_attempts": max_attempts},
+                retries={"mode": "standard", "total_max_attempts": max_attempts},
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 max_pool_connections=max_pool_connections,
@@ -168,8 +168,15 @@ class S3Store(ObjectStore):
 
     def get(self, key: str) -> StoredObject:
         def request() -> tuple[dict[str, Any], bytes]:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-            return response, response["Body"].read()
+            # botocore retries the request, not the body: a body cut off mid-stream is read again
+            for attempt in range(3):
+                response = self.client.get_object(Bucket=self.bucket, Key=key)
+                try:
+                    return response, response["Body"].read()
+                except botocore.exceptions.ResponseStreamingError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
 
         response, data = self._call("get", key, request)
         return StoredObject(key, data, str(response["ETag"]), response["LastModified"], dict(response.get("Metadata", {})))
