@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -92,6 +92,8 @@ WRITE_ID_METADATA = "evstore-write-id"
 #: The tag every object of an ephemeral session carries, set by the PUT itself.
 RETENTION_TAG = _lifecycle.RETENTION_TAG
 _DEFAULT_GRACE = timedelta(days=1)
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True)
@@ -341,10 +343,7 @@ class Store:
                 raise IntegrityError(raw.session_id, raw.seq, "plaintext event in an encrypted session (forged)")
             return envelope.body
         assert envelope.sealed is not None and envelope.kid is not None
-        if envelope.kid != manifest.kid and envelope.kid not in {r.kid for r in self._records(manifest.sid)}:
-            raise IntegrityError(
-                raw.session_id, raw.seq, f"sealed under key id {envelope.kid!r:.70}, which this session never used"
-            )
+        self._check_key_id(manifest, raw)
         key = self._session_key(manifest, envelope.kid)
         try:
             sealed = b64decode(envelope.sealed)
@@ -356,6 +355,12 @@ class Store:
                 raw.session_id, raw.seq, f"authentication failed under key id {envelope.kid!r} (wrong key or altered object)"
             )
         return decode_body(plaintext, raw.session_id, raw.seq)
+
+    def _check_key_id(self, manifest: Manifest, raw: _RawEvent) -> None:
+        """A sealed event names the session's key id, or one a rekey record moved it to."""
+        kid = raw.envelope.kid
+        if kid != manifest.kid and kid not in {r.kid for r in self._records(manifest.sid)}:
+            raise IntegrityError(raw.session_id, raw.seq, f"sealed under key id {kid!r:.70}, which this session never used")
 
     def _decode_raw(self, manifest: Manifest, seq: int, data: bytes) -> _RawEvent:
         envelope = decode_envelope(data, manifest.sid, seq)
@@ -379,8 +384,25 @@ class Store:
         except ObjectMissing:
             return None
 
+    def _prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Iterator[tuple[A, B]]:
+        """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight."""
+        pending: deque[tuple[A, Future[B]]] = deque()
+        pool = self._executor()
+        try:
+            for item in items:
+                pending.append((item, pool.submit(fetch, item)))
+                if len(pending) >= window:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
+
     def _loose_events(self, session_id: str, start: int, end: int | None) -> Iterator[tuple[int, bytes | None]]:
-        """(seq, bytes) of listed events from ``start`` on, in order, fetched ``concurrency`` at a time."""
+        """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight."""
         prefix = self.layout.session_prefix(session_id)
         after = self.layout.event_key(session_id, start - 1) if start > 1 else ""
 
@@ -391,20 +413,7 @@ class Store:
                     return
                 yield seq
 
-        pending: deque[tuple[int, Future[bytes | None]]] = deque()
-        pool = self._executor()
-        try:
-            for seq in seqs():
-                pending.append((seq, pool.submit(self._get_event_bytes, session_id, seq)))
-                if len(pending) >= self.concurrency * 2:
-                    done_seq, future = pending.popleft()
-                    yield done_seq, future.result()
-            while pending:
-                done_seq, future = pending.popleft()
-                yield done_seq, future.result()
-        finally:
-            for _, future in pending:
-                future.cancel()
+        return self._prefetched(seqs(), lambda seq: self._get_event_bytes(session_id, seq), self.concurrency * 2)
 
     def _segment_events(self, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
         key = self.layout.segment_key(session_id, first, last)
@@ -415,14 +424,21 @@ class Store:
         return unpack_segment(data, session_id, uid, first, last)
 
     def _own_raw(self, loaded: _Loaded, start: int, end: int | None) -> Iterator[_RawEvent]:
-        """The session's own events in [start, end], from segments then loose objects, in order."""
+        """The session's own events in [start, end], from segments then loose objects, in order.
+
+        Segments are read while they continue each other from ``start``, a few
+        GETs ahead; the rest comes from the loose events, which always remain.
+        """
         manifest = loaded.manifest
         sid = manifest.sid
         cursor = max(start, loaded.first_own)
+        chain: list[tuple[int, int]] = []
         for first, last in loaded.meta.segments:
-            if last < cursor or first > cursor or (end is not None and cursor > end):
-                continue
-            events = self._segment_events(sid, manifest.uid, first, last)
+            reach = chain[-1][1] + 1 if chain else cursor
+            if first <= reach <= last and (end is None or reach <= end):
+                chain.append((first, last))
+        fetch = lambda segment: self._segment_events(sid, manifest.uid, *segment)  # noqa: E731
+        for (_, last), events in self._prefetched(chain, fetch, 4):
             if not events:
                 break  # removed meanwhile (rekey, gc): the loose events are still there
             for seq, data in events:
@@ -590,6 +606,7 @@ class Store:
             events += 1
             if raw.envelope.kid is not None:
                 if self.keyring.get(raw.envelope.kid) is None:
+                    self._check_key_id(manifest, raw)
                     unchecked += 1
                 else:
                     self._open_body(manifest, raw)

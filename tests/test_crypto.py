@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 from pathlib import Path
 
 import msgspec
@@ -185,7 +186,9 @@ _FLIP_STORE = _two_sessions()
 _FLIP_OBJECTS = sorted(raw_objects(_FLIP_STORE).items())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("EVSTORE_FLIP_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(st.data())
 def test_flipping_any_bit_of_any_object_is_an_integrity_error_never_different_data(data: st.DataObject) -> None:
     key, original = data.draw(st.sampled_from(_FLIP_OBJECTS))
@@ -410,3 +413,12 @@ def test_no_key_material_or_plaintext_in_logs_or_errors(caplog: pytest.LogCaptur
     text = caplog.text + "\n".join(errors)
     assert secret_key not in text and secret_key[:16] not in text
     assert SECRETS[0] not in text and "x" * 100 not in text
+
+
+def test_a_last_event_relabelled_with_an_unknown_key_id_fails_verify_even_unopened() -> None:
+    store = encrypted_store()
+    _chain(store, 2)
+    _rewrite_header(store, ("s", 2), kid="j1")  # nothing follows it: only the key id check can catch it
+    with pytest.raises(IntegrityError, match="never used") as caught:
+        store.verify("s")
+    assert caught.value.seq == 2
