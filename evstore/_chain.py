@@ -8,7 +8,7 @@ history: a later log extends it only if its event at that seq has that hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from ._errors import InvalidInputError
 from ._ids import validate_seq
@@ -16,8 +16,7 @@ from ._ids import validate_seq
 _HEX = frozenset("0123456789abcdef")
 
 
-@dataclass(frozen=True)
-class Receipt:
+class Receipt(msgspec.Struct, frozen=True):
     """What an auditor records: the head seq and the hash of the head event."""
 
     seq: int

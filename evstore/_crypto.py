@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,12 +57,14 @@ def generate_key() -> str:
     return b64encode(os.urandom(KEY_BYTES))
 
 
-@dataclass(frozen=True)
-class Keyring:
+class Keyring(msgspec.Struct, frozen=True):
     """Master keys by key id; ``active`` seals new sessions. Its repr shows no key."""
 
-    keys: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    keys: Mapping[str, bytes] = msgspec.field(default_factory=dict)
     active: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Keyring(active={self.active!r}, key_ids={sorted(self.keys)!r})"
 
     def __post_init__(self) -> None:
         for kid, key in self.keys.items():

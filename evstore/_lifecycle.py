@@ -12,9 +12,10 @@ earliest time wins.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
+
+import msgspec
 
 from ._errors import InvalidInputError
 
@@ -27,8 +28,7 @@ DEFAULT_EPHEMERAL_DAYS = 90
 DEFAULT_ABORT_DAYS = 7
 
 
-@dataclass(frozen=True)
-class Filter:
+class Filter(msgspec.Struct, frozen=True):
     """A rule's filter in one shape, whichever way the server wrote it."""
 
     prefix: str = ""

@@ -27,7 +27,6 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -96,8 +95,7 @@ A = TypeVar("A")
 B = TypeVar("B")
 
 
-@dataclass(frozen=True)
-class SessionInfo:
+class SessionInfo(msgspec.Struct, frozen=True):
     session_id: str
     uid: str
     created: str
@@ -105,7 +103,7 @@ class SessionInfo:
     head: int
     key_id: str | None
     parent: ForkRef | None
-    forks: list[str] = field(default_factory=list)
+    forks: list[str] = msgspec.field(default_factory=list)
     segments: int = 0
 
     @property
@@ -113,15 +111,13 @@ class SessionInfo:
         return self.key_id is not None
 
 
-@dataclass(frozen=True)
-class DeleteResult:
+class DeleteResult(msgspec.Struct, frozen=True):
     session_id: str
     removed: int
     kept_for_forks: list[str]
 
 
-@dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(msgspec.Struct, frozen=True):
     session_id: str
     receipt: Receipt
     events: int
@@ -132,17 +128,15 @@ class VerifyResult:
     superseded_by_rekey: bool = False
 
 
-@dataclass(frozen=True)
-class _Meta:
+class _Meta(msgspec.Struct, frozen=True):
     """A session's objects other than events, from one listing."""
 
     tombstone: bool = False
-    segments: list[tuple[int, int]] = field(default_factory=list)
-    forks: list[tuple[str, str]] = field(default_factory=list)
+    segments: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    forks: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Loaded:
+class _Loaded(msgspec.Struct, frozen=True):
     manifest: Manifest
     genesis: str  # sha256 of the manifest bytes: the prev of seq 1
     meta: _Meta
@@ -153,8 +147,7 @@ class _Loaded:
         return parent.seq + 1 if parent is not None and not parent.copied else 1
 
 
-@dataclass(frozen=True)
-class _RawEvent:
+class _RawEvent(msgspec.Struct, frozen=True):
     session_id: str
     seq: int
     data: bytes

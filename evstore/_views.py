@@ -11,8 +11,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from ._codec import Body, Message, MessagesBody, RewindBody
 
@@ -22,8 +23,7 @@ REPAIRS: tuple[Repair, ...] = ("error", "drop", "none")
 INTERRUPTED_RESULT = "error: this tool call was interrupted before it returned a result"
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(msgspec.Struct, frozen=True):
     """One event as written: the audit view's unit.
 
     ``session_id`` is the session whose log holds the event: an ancestor's id for
@@ -43,19 +43,17 @@ class Event:
         return self.body.messages if isinstance(self.body, MessagesBody) else []
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(msgspec.Struct, frozen=True):
     """Where a message sits: its event's seq and its index within that event."""
 
     seq: int
     index: int
 
 
-@dataclass
-class ContextFolder:
+class ContextFolder(msgspec.Struct):
     """Accumulates events (in seq order) into the context view."""
 
-    live: list[tuple[Position, Message]] = field(default_factory=list)
+    live: list[tuple[Position, Message]] = msgspec.field(default_factory=list)
 
     def add(self, seq: int, body: Body) -> None:
         if isinstance(body, MessagesBody):

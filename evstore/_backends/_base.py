@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import msgspec
 
 
 class ObjectExists(Exception):
@@ -36,34 +37,30 @@ class ObjectMissing(Exception):
     """No object at the key."""
 
 
-@dataclass(frozen=True)
-class ObjectInfo:
+class ObjectInfo(msgspec.Struct, frozen=True):
     key: str
     size: int
     etag: str
     last_modified: datetime
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class StoredObject:
+class StoredObject(msgspec.Struct, frozen=True):
     key: str
     data: bytes
     etag: str
     last_modified: datetime
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    metadata: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ListPage:
+class ListPage(msgspec.Struct, frozen=True):
     objects: list[ObjectInfo]
     prefixes: list[str]
     truncated: bool
     next_start_after: str
 
 
-@dataclass(frozen=True)
-class IncompleteUpload:
+class IncompleteUpload(msgspec.Struct, frozen=True):
     key: str
     upload_id: str
     initiated: datetime

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
+
+import msgspec
 
 from ._base import (
     IncompleteUpload,
@@ -56,8 +57,7 @@ def page_of(
     return ListPage(objects, prefixes, truncated, last)
 
 
-@dataclass
-class _Entry:
+class _Entry(msgspec.Struct):
     data: bytes
     etag: str
     modified: datetime
