@@ -10,6 +10,7 @@ the prefix of another key (``a`` and ``a/b``); evstore's layout never does that.
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import tempfile
@@ -220,3 +221,11 @@ class LocalStore(ObjectStore):
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         raise ObjectMissing(key)
+
+    def list(self, prefix: str, *, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Like the paged listing, but the directory is read and sorted once, not once per page:
+        a session of N events lists in O(N log N), holding its N names (not their contents)."""
+        keys = self._keys_under(prefix, "")
+        for key in keys[bisect.bisect_right(keys, start_after) :]:
+            if key.startswith(prefix):
+                yield self._info(key)
