@@ -35,6 +35,27 @@ from .helpers import CountingStore  # noqa: E402
 BACKENDS = ["memory", "local", "moto", "moto_server"]
 
 
+def _serialize_moto_puts() -> None:
+    """moto checks ``If-None-Match``/``If-Match`` and then stores without a lock: two racing
+    conditional PUTs of one key can both succeed, which S3 never allows. Racing-writer tests
+    would then blame evstore for moto's race, so moto's PutObject runs one at a time here."""
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    lock = threading.Lock()
+    put_object = S3Response.put_object
+
+    def atomic_put_object(self: S3Response) -> object:
+        with lock:
+            return put_object(self)
+
+    S3Response.put_object = atomic_put_object  # type: ignore[method-assign]
+
+
+_serialize_moto_puts()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
