@@ -7,6 +7,7 @@ not a public interface.
 * ``gc``: ``store.gc(...)`` over a bucket (time, requests, report, peak RSS).
 * ``populate_local``: write a session into a LocalStore directory (setup only).
 * ``replay_mem``: stream ``store.replay(sid)`` from a LocalStore; peak RSS before/after.
+* ``replay_mem_s3``: the same against an S3 endpoint (LIST paged by 1,000); also time and requests.
 * ``import_wall``: wall time of ``import evstore; open_store(s3://...)`` or the boto3 equivalent.
 """
 
@@ -146,6 +147,35 @@ def cmd_replay_mem(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def cmd_replay_mem_s3(args: dict[str, Any]) -> dict[str, Any]:
+    from evstore import Store
+    from evstore._backends._s3 import S3Store
+
+    backend = S3Store(args["bucket"], endpoint_url=args["endpoint"])
+    store = Store(backend)
+    store.info(args["sid"])
+    # warm what every replay sets up once, whatever its length: imports, the GET pool, the HTTP connections
+    for _ in store.replay(args["sid"], end=64):
+        pass
+    warm = dict(backend.requests)
+    rss_before = _start_peak()
+    started = time.perf_counter()
+    count = 0
+    for event in store.replay(args["sid"]):
+        count += 1
+        if event.seq != count:
+            raise AssertionError(f"seq {event.seq} at position {count}")
+    seconds = time.perf_counter() - started
+    requests = {k: v - warm.get(k, 0) for k, v in backend.requests.items()}
+    return {
+        "events": count,
+        "seconds": seconds,
+        "requests": requests,
+        "maxrss_before_kib": rss_before,
+        "maxrss_after_kib": _peak(),
+    }
+
+
 def cmd_import_wall(args: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     if args["which"] == "evstore":
@@ -164,6 +194,7 @@ COMMANDS = {
     "gc": cmd_gc,
     "populate_local": cmd_populate_local,
     "replay_mem": cmd_replay_mem,
+    "replay_mem_s3": cmd_replay_mem_s3,
     "import_wall": cmd_import_wall,
 }
 

@@ -2,10 +2,11 @@
 
     python benchmarks/run.py [--quick] [--only NAME ...] [--json FILE]
 
-Sections (``--only``): append, growth, open, replay, fork, gc, crypto, import, memory.
+Sections (``--only``): append, growth, open, replay, fork, gc, crypto, import, autocompact, memory.
 
-Runs against a moto S3 server that this script starts on 127.0.0.1 (in this
-process, over loopback HTTP), or against the endpoint named by
+Runs against a moto S3 server that this script starts on 127.0.0.1 (in a
+process of its own, so that client and server do not share one GIL;
+``--moto-in-process`` runs it in this process instead), over loopback HTTP, or against the endpoint named by
 ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``. Absolute times are moto's (a
 Python server sharing the machine with the client); the figures that carry
 over to real S3 are the request counts and the ratios, which are measured side
@@ -14,8 +15,9 @@ alternates, and each figure is the median over rounds.
 
 Bulk setup (sessions of thousands of events that are not themselves being
 timed) is written by evstore into a MemoryStore and then copied byte for byte
-into the bucket: straight into moto's in-process backend when this script owns
-the server, else by parallel PUTs. The objects are exactly what appends would
+into the bucket: straight into moto's backend when this script owns the
+server (through the server process's setup channel, see _moto_server.py),
+else by parallel PUTs. The objects are exactly what appends would
 have written; only the setup is faster.
 """
 
@@ -47,7 +49,7 @@ if str(REPO) not in sys.path:
 
 from benchmarks._data import message, strands_message  # noqa: E402
 
-SECTIONS = ["append", "growth", "open", "replay", "fork", "gc", "crypto", "import", "memory"]
+SECTIONS = ["append", "growth", "open", "replay", "fork", "gc", "crypto", "import", "autocompact", "memory"]
 CHILD = str(REPO / "benchmarks" / "_child.py")
 
 
@@ -73,6 +75,7 @@ class Config:
     import_runs: int
     memory_sizes: tuple[int, ...]
     segment_size: int
+    autocompact_appends: int
 
 
 FULL = Config(
@@ -93,6 +96,7 @@ FULL = Config(
     import_runs=9,
     memory_sizes=(10_000, 100_000),
     segment_size=1000,
+    autocompact_appends=10_000,
 )
 QUICK = Config(
     quick=True,
@@ -112,6 +116,7 @@ QUICK = Config(
     import_runs=3,
     memory_sizes=(1_000, 3_000),
     segment_size=100,
+    autocompact_appends=1_000,
 )
 
 
@@ -230,28 +235,22 @@ def free_port() -> int:
 class Env:
     """The endpoint (our own moto server unless AWS_ENDPOINT_URL names one), buckets, bulk setup, fixtures."""
 
-    def __init__(self, config: Config, *, stock_list: bool = False) -> None:
+    def __init__(self, config: Config, *, stock_list: bool = False, in_process: bool = False) -> None:
         self.config = config
         self.fast_list = False
         self.endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+        #: "process" (moto in a process of its own), "thread" (moto in this process) or "" (an external endpoint)
+        self.server_mode = ""
         self.server: Any = None
+        self._server_process: subprocess.Popen[str] | None = None
+        self._bulk_dir = ""
         if not self.endpoint:
-            import logging
-
-            from moto.server import ThreadedMotoServer
-
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)
             # our own server: dummy credentials, never the user's
             os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-            port = free_port()
-            self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-            self.server.start()
-            self.endpoint = f"http://127.0.0.1:{port}"
-            if not stock_list:
-                from benchmarks import _moto_fastlist
-
-                _moto_fastlist.install()
-                self.fast_list = True
+            if in_process:
+                self._start_thread_server(stock_list)
+            else:
+                self._start_process_server(stock_list)
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         import boto3
         from botocore.config import Config as BotoConfig
@@ -267,10 +266,51 @@ class Env:
         #: the event bytes of each fixture, back to back (for the single-object bound)
         self.joined: dict[tuple[str, int, str], bytes] = {}
         self._shared_bucket = ""
-        if self.fast_list:
+        if self.fast_list and self.server_mode == "thread":
             from benchmarks import _moto_fastlist
 
             _moto_fastlist.check(self.moto_backend(), self.new_bucket("listcheck"))
+
+    def _start_thread_server(self, stock_list: bool) -> None:
+        import logging
+
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        port = free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.server_mode = "thread"
+        if not stock_list:
+            from benchmarks import _moto_fastlist
+
+            _moto_fastlist.install()
+            self.fast_list = True
+
+    def _start_process_server(self, stock_list: bool) -> None:
+        command = [sys.executable, str(REPO / "benchmarks" / "_moto_server.py")] + (["--stock-list"] if stock_list else [])
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        self._server_process = proc
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the fast-list check runs first: a mismatch ends the server (and the run)
+        if not line:
+            raise RuntimeError(f"the moto server process exited with {proc.wait()} before listening")
+        hello = json.loads(line)
+        self.endpoint = f"http://127.0.0.1:{hello['port']}"
+        self.fast_list = bool(hello["fast_list"])
+        self.server_mode = "process"
+        self._bulk_dir = tempfile.mkdtemp(prefix="evstore-bench-bulk-")
+
+    def _server_command(self, command: Mapping[str, Any]) -> dict[str, Any]:
+        proc = self._server_process
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(command) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the moto server process exited with {proc.wait()}")
+        return dict(json.loads(line))
 
     def moto_backend(self) -> Any:
         from moto.core import DEFAULT_ACCOUNT_ID  # type: ignore[attr-defined]
@@ -281,6 +321,18 @@ class Env:
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
+        if self._server_process is not None:
+            assert self._server_process.stdin is not None
+            self._server_process.stdin.close()  # EOF: the server stops
+            try:
+                self._server_process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._server_process.kill()
+                self._server_process.wait()
+        if self._bulk_dir:
+            import shutil
+
+            shutil.rmtree(self._bulk_dir, ignore_errors=True)
 
     def new_bucket(self, tag: str) -> str:
         name = f"evb-{tag}-{uuid.uuid4().hex[:8]}"
@@ -295,13 +347,33 @@ class Env:
     def bulk_put(self, bucket: str, items: Iterable[tuple[str, bytes, Mapping[str, str]]]) -> int:
         """Setup only: store objects as they are (into moto's backend directly when the server is ours)."""
         count = 0
-        if self.server is not None:
+        if self.server_mode == "thread":
             backend = self.moto_backend()
             for key, data, metadata in items:
                 stored = backend.put_object(bucket, key, data)
                 if metadata:
                     stored.set_metadata({f"x-amz-meta-{k}": v for k, v in metadata.items()})
                 count += 1
+            return count
+        if self.server_mode == "process":
+            import pickle
+
+            # in batches, through a file the server process loads into its backend
+            path = Path(self._bulk_dir) / "batch.pickle"
+            batch = 0
+            stream = path.open("wb")
+            try:
+                for key, data, metadata in items:
+                    pickle.dump((key, data, dict(metadata)), stream, protocol=pickle.HIGHEST_PROTOCOL)
+                    batch += 1
+                    if batch == 5_000:
+                        stream.close()
+                        count += int(self._server_command({"op": "bulk", "bucket": bucket, "file": str(path)})["stored"])
+                        stream, batch = path.open("wb"), 0
+            finally:
+                stream.close()
+            if batch:
+                count += int(self._server_command({"op": "bulk", "bucket": bucket, "file": str(path)})["stored"])
             return count
 
         def put(item: tuple[str, bytes, Mapping[str, str]]) -> None:
@@ -776,6 +848,13 @@ def bench_fork(env: Env, cfg: Config, targets: list[Target]) -> Results:
     variants += [
         Variant(f"fork at the head of a parent of {n:,}", forker(sid, None), backend.requests) for n, sid in parents.items()
     ]
+    # from a writer, which knows its head: Session.fork (opening the writer is not timed)
+    writers = {n: store.open(sid) for n, sid in parents.items()}
+
+    def writer_forker(n: int) -> Callable[[], object]:
+        return lambda: writers[n].fork(f"wfork-{parents[n]}-{next(made)}")
+
+    variants += [Variant(f"Session.fork from a writer at the head of {n:,}", writer_forker(n), backend.requests) for n in parents]
     interleave(variants, cfg.fork_rounds)
     base = variants[0].median
     table = Table(f"fork, median of {cfg.fork_rounds}", ["fork", "requests", "median time", "ratio vs the first row"])
@@ -794,6 +873,16 @@ def bench_fork(env: Env, cfg: Config, targets: list[Target]) -> Results:
             " / ".join(str(total(v.typical_requests)) for v in at_seq),
             "equal",
             len(counts) == 1,
+        )
+    )
+    from_writer = variants[2 * len(parents) :]
+    targets.append(
+        Target(
+            "fork",
+            f"Session.fork from a writer: requests for parents of {sizes}",
+            " / ".join(str(total(v.typical_requests)) for v in from_writer),
+            "equal",
+            len({total(r) for v in from_writer for r in v.requests}) == 1,
         )
     )
     return {v.name: v.raw() for v in variants}
@@ -1008,9 +1097,37 @@ def _wall(which: str, sink: list[bool]) -> float:
     return float(got["seconds"])
 
 
+def bulk_session(env: Env, bucket: str, sid: str, events: int, size: int = 1024) -> None:
+    """Setup only: a loose session of ``events`` messages written by evstore into a MemoryStore and
+    copied into ``bucket`` byte for byte, 10,000 events at a time (bounded memory at 100,000)."""
+    from evstore import MemoryStore, Store
+
+    memory = MemoryStore()
+    session = Store(memory).create(sid)
+    env.bulk_put(bucket, memory_objects(memory))  # the manifest
+    done = 0
+    while done < events:
+        for i in range(done, min(events, done + 10_000)):
+            session.append(message(i, size))
+        done = min(events, done + 10_000)
+        batch = [(k, d, m) for k, d, m in memory_objects(memory) if _seq_of(k)]
+        env.bulk_put(bucket, batch)
+        memory.delete_many([k for k, _, _ in batch])
+
+
 def bench_memory(env: Env, cfg: Config, targets: list[Target]) -> Results:
+    out: Results = {"s3": {}, "local": {}}
+    # S3 (moto over HTTP): evstore lists a page of 1,000 keys at a time and keeps 2 x concurrency GETs in flight
+    bucket = env.new_bucket("memory")
+    for n in cfg.memory_sizes:
+        sid = f"mem-{n}"
+        started = time.perf_counter()
+        bulk_session(env, bucket, sid, n)
+        print(f"(memory setup: {n:,} events copied into moto's backend in {time.perf_counter() - started:.0f} s)")
+        res = run_child("replay_mem_s3", {"endpoint": env.endpoint, "bucket": bucket, "sid": sid}, timeout=3600)
+        assert res["events"] == n, res
+        out["s3"][str(n)] = res
     workdir = Path(tempfile.mkdtemp(prefix="evstore-bench-mem-"))
-    out: Results = {}
     try:
         for n in cfg.memory_sizes:
             directory = workdir / str(n)
@@ -1021,41 +1138,120 @@ def bench_memory(env: Env, cfg: Config, targets: list[Target]) -> Results:
                 timeout=1800,
             )
             print(f"(memory setup: {n:,} events written to a LocalStore in {time.perf_counter() - started:.0f} s)")
-            out[str(n)] = run_child("replay_mem", {"directory": str(directory), "sid": "mem"}, timeout=1800)
-            assert out[str(n)]["events"] == n
+            out["local"][str(n)] = run_child("replay_mem", {"directory": str(directory), "sid": "mem"}, timeout=1800)
+            assert out["local"][str(n)]["events"] == n
     finally:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
     table = Table(
-        "peak memory of a streamed replay (store.replay, LocalStore backend, fresh process)",
-        ["events", "time", "RSS before", "peak RSS during replay", "growth"],
+        "peak memory of a streamed replay (store.replay in a fresh process; peak = VmHWM reset before the replay)",
+        ["backend", "events", "requests", "time", "RSS before", "peak RSS during replay", "growth"],
     )
-    growth = {}
-    for n in cfg.memory_sizes:
-        res = out[str(n)]
-        growth[n] = (res["maxrss_after_kib"] - res["maxrss_before_kib"]) / 1024
-        table.add(
-            f"{n:,}",
-            ms(res["seconds"]),
-            f"{res['maxrss_before_kib'] / 1024:.1f} MiB",
-            f"{res['maxrss_after_kib'] / 1024:.1f} MiB",
-            f"{growth[n]:.1f} MiB",
-        )
+    growth: dict[tuple[str, int], float] = {}
+    for kind, label in (("s3", "S3 (moto over HTTP, LIST by 1,000)"), ("local", "LocalStore (directory)")):
+        for n in cfg.memory_sizes:
+            res = out[kind][str(n)]
+            growth[(kind, n)] = (res["maxrss_after_kib"] - res["maxrss_before_kib"]) / 1024
+            req = Counter(res.get("requests", {}))
+            table.add(
+                label,
+                f"{n:,}",
+                f"{total(req)} ({describe(req)})" if req else "-",
+                ms(res["seconds"]),
+                f"{res['maxrss_before_kib'] / 1024:.1f} MiB",
+                f"{res['maxrss_after_kib'] / 1024:.1f} MiB",
+                f"+{growth[(kind, n)]:.1f} MiB",
+            )
     table.show()
     small, large = cfg.memory_sizes[0], cfg.memory_sizes[-1]
-    peak_small = out[str(small)]["maxrss_after_kib"] / 1024
-    peak_large = out[str(large)]["maxrss_after_kib"] / 1024
+    for kind, label in (("s3", "S3"), ("local", "LocalStore")):
+        g_small, g_large = growth[(kind, small)], growth[(kind, large)]
+        targets.append(
+            Target(
+                "memory",
+                f"{label}: replay peak RSS growth, {large:,} vs {small:,} events",
+                f"+{g_large:.1f} vs +{g_small:.1f} MiB",
+                "does not grow with length (within 1.2x + 4 MiB)",
+                g_large <= g_small * 1.2 + 4,
+            )
+        )
+    return out
+
+
+def bench_autocompact(env: Env, cfg: Config, targets: list[Target]) -> Results:
+    """A writer with Store(auto_compact=S) packs its own runs into segments as it appends."""
+    from evstore import Store
+
+    bucket = env.new_bucket("autocompact")
+    backend = env.s3store(bucket)
+    size = cfg.segment_size
+    n = cfg.autocompact_appends
+    store = Store(backend, auto_compact=size)
+    session = store.create("auto")
+    before = Counter(backend.requests)
+    times: list[float] = []
+    per: list[int] = []
+    for i in range(n):
+        mark = total(backend.requests)
+        started = time.perf_counter()
+        session.append(message(i))
+        times.append(time.perf_counter() - started)
+        per.append(total(backend.requests) - mark)
+    appended = Counter(backend.requests) - before
+    per_append = total(appended) / n
+    packing = [t for t, r in zip(times, per, strict=True) if r > 1]
+    plain = [t for t, r in zip(times, per, strict=True) if r == 1]
+    # replay: the auto-compacted session against one compacted by compact(sid) and against loose events is
+    # the replay section's job; here: auto-compacted against compact(sid) of the same length, same bucket
+    explicit = Store(backend)
+    memory, _ = build_in_memory("explicit", n, compact=size)
+    env.bulk_put(bucket, memory_objects(memory))
+    variants = [
+        Variant(f"context() of the auto-compacted session of {n:,}", lambda: store.context("auto"), backend.requests),
+        Variant(f"context() of {n:,} after compact(sid, {size})", lambda: explicit.context("explicit"), backend.requests),
+    ]
+    interleave(variants, cfg.replay_rounds)
+    assert len(store.context("auto")) == n
+    table = Table(
+        f"auto-compaction: Store(auto_compact={size:,}), {n:,} appends over HTTP, then replay (median of {cfg.replay_rounds})",
+        ["what", "requests", "median time"],
+    )
+    table.add(
+        f"{n:,} appends", f"{total(appended):,} ({describe(appended)}): {per_append:.4g} per append", ms(median(times)) + " each"
+    )
+    table.add(f"the {len(plain):,} appends of 1 PUT", "1 PUT each", ms(median(plain)) if plain else "-")
+    table.add(f"the {len(packing)} appends that also PUT a segment", "2 PUT each", ms(median(packing)) if packing else "-")
+    for v in variants:
+        table.add(v.name, f"{total(v.typical_requests)} ({describe(v.typical_requests)})", ms(v.median))
+    table.show()
+    expected = 1 + 1 / size
     targets.append(
         Target(
-            "memory",
-            f"peak RSS replaying {large:,} vs {small:,}",
-            f"{peak_large:.1f} vs {peak_small:.1f} MiB",
-            "does not grow with length",
-            peak_large <= peak_small * 1.2 + 8,
+            "autocompact",
+            f"requests per append, auto_compact={size:,}, {n:,} appends",
+            f"{per_append:.4g}",
+            f"{expected:.4g}",
+            abs(per_append - expected) < 1e-9,
         )
     )
-    return out
+    auto_req, explicit_req = (total(v.typical_requests) for v in variants)
+    targets.append(
+        Target(
+            "autocompact",
+            f"replay requests, auto-compacted vs compact(sid), {n:,} events",
+            f"{auto_req} vs {explicit_req}",
+            "equal",
+            auto_req == explicit_req,
+        )
+    )
+    return {
+        "append_seconds": times,
+        "append_requests": per,
+        "requests": dict(appended),
+        "requests_per_append": per_append,
+        "replay": {v.name: v.raw() for v in variants},
+    }
 
 
 BENCHES: dict[str, Callable[[Env, Config, list[Target]], Results]] = {
@@ -1067,6 +1263,7 @@ BENCHES: dict[str, Callable[[Env, Config, list[Target]], Results]] = {
     "gc": bench_gc,
     "crypto": bench_crypto,
     "import": bench_import,
+    "autocompact": bench_autocompact,
     "memory": bench_memory,
 }
 
@@ -1088,20 +1285,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep moto's own ListObjectsV2 (it scans the whole bucket per request) instead of the page-proportional one",
     )
+    parser.add_argument(
+        "--moto-in-process",
+        action="store_true",
+        help="run moto's server in this process (one GIL with the client) instead of in a process of its own",
+    )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     chosen = args.only or SECTIONS
-    env = Env(cfg, stock_list=args.moto_stock_list)
+    env = Env(cfg, stock_list=args.moto_stock_list, in_process=args.moto_in_process)
     info = machine()
     print(
         f"# evstore benchmarks ({'quick' if cfg.quick else 'full'}) against {env.endpoint}"
-        + (" (moto, in process)" if env.server else "")
+        + {"thread": " (moto, in this process)", "process": " (moto, in a process of its own)"}.get(env.server_mode, "")
     )
     print(f"python {info['python']}, {info['cpus']} CPUs, load average {info['loadavg'][0]:.2f} at start")
     results: dict[str, Any] = {
         "machine": info,
         "mode": "quick" if cfg.quick else "full",
-        "endpoint_is_moto": env.server is not None,
+        "endpoint_is_moto": bool(env.server_mode),
+        "moto_server_mode": env.server_mode,
         "moto_page_proportional_list": env.fast_list,
     }
     if env.fast_list:

@@ -85,7 +85,8 @@ def open_store(
 
     Keys come from ``EVSTORE_KEY``/``EVSTORE_KEYRING`` unless ``keyring`` is
     given; ``EVSTORE_REQUIRE_ENCRYPTION=1`` refuses plaintext sessions.
-    ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``clock``).
+    ``EVSTORE_AUTO_COMPACT=N`` makes writers pack their runs into segments of N events.
+    ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``clock``).
     """
     env = os.environ if environ is None else environ
     backend, root = open_backend(url or default_store_url(env), endpoint_url=endpoint_url, environ=env)
@@ -93,4 +94,9 @@ def open_store(
         keyring = Keyring.from_env(env)
     if require_encryption is None:
         require_encryption = env.get("EVSTORE_REQUIRE_ENCRYPTION", "").strip().lower() in _TRUE
+    if "auto_compact" not in options and env.get("EVSTORE_AUTO_COMPACT"):
+        text = env["EVSTORE_AUTO_COMPACT"].strip()
+        if not text.isdigit():
+            raise InvalidInputError(f"EVSTORE_AUTO_COMPACT must be a segment size, not {text[:20]!r}")
+        options["auto_compact"] = int(text)
     return Store(backend, root=root, keyring=keyring, require_encryption=require_encryption, **options)  # type: ignore[arg-type]

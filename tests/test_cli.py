@@ -280,3 +280,14 @@ def test_every_command_has_help() -> None:
             for sub in command.commands:  # type: ignore[attr-defined]
                 assert runner.invoke(cli, [name, sub, "--help"]).exit_code == 0
     assert "0.1.0" in runner.invoke(cli, ["--version"]).output
+
+
+def test_auto_compaction_is_reachable_from_the_command(tmp_path: Path) -> None:
+    env = {"EVSTORE_STORE": (tmp_path / "s").as_uri(), "EVSTORE_AUTO_COMPACT": "10"}
+    lines = "".join(json.dumps({"role": "user", "content": f"m{i}"}) + "\n" for i in range(25))
+    runner = CliRunner()
+    assert runner.invoke(cli, ["append", "s", "--jsonl"], input=lines, env=env).exit_code == 0
+    assert json.loads(runner.invoke(cli, ["info", "s", "--json"], env=env).output)["segments"] == 2
+    assert runner.invoke(cli, ["verify", "s"], env=env).output.startswith("ok: 25 events")
+    bad = runner.invoke(cli, ["append", "s", "x"], env={**env, "EVSTORE_AUTO_COMPACT": "lots"})
+    assert bad.exit_code == 2
