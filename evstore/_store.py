@@ -469,15 +469,13 @@ class Store:
                 for item in self._lineage(ancestor, start, min(parent.seq, end) if end is not None else parent.seq):
                     last = item[1]
                     yield item
-                if (
-                    last is not None
-                    and last.seq == parent.seq
-                    and last.hash != parent.hash
-                    and self.canonical_hash(parent.sid, parent.hash) != last.hash
-                ):
-                    raise IntegrityError(
-                        manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
-                    )
+                if end is None or end >= parent.seq:
+                    if last is None or last.seq != parent.seq:
+                        raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
+                    if last.hash != parent.hash and self.canonical_hash(parent.sid, parent.hash) != last.hash:
+                        raise IntegrityError(
+                            manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
+                        )
             prev = parent.hash if start <= parent.seq + 1 else None
         for raw in self._own_raw(loaded, start, end):
             if prev is not None and raw.envelope.prev != prev and not self._same_event(manifest.sid, raw.envelope.prev, prev):

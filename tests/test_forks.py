@@ -211,3 +211,11 @@ def test_a_fork_whose_parent_was_replaced_is_an_integrity_error(memory_store: St
     filled(memory_store, "p", 2, "other")
     with pytest.raises(IntegrityError, match="not the session this fork was made from"):
         list(memory_store.replay("f"))
+
+
+def test_a_fork_whose_inherited_tail_is_missing_is_an_integrity_error(memory_store: Store) -> None:
+    filled(memory_store, "p", 5)
+    memory_store.fork("p", "f", at=4).append(msg("own"))
+    memory_store.backend.delete_many([memory_store.layout.event_key("p", 4), memory_store.layout.event_key("p", 5)])
+    with pytest.raises(IntegrityError, match="up to the fork seq are missing"):
+        list(memory_store.replay("f"))
