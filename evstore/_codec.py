@@ -92,6 +92,8 @@ class Tombstone(msgspec.Struct, frozen=True):
 
 
 _json_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+_body_decoder = msgspec.json.Decoder(Body)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -161,7 +163,7 @@ def encode_body(body: Body, max_bytes: int) -> bytes:
 
 def decode_body(data: bytes, session_id: str, seq: int) -> Body:
     try:
-        return msgspec.json.decode(data, type=Body)
+        return _body_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise IntegrityError(session_id, seq, f"event body does not decode ({exc})") from None
 
@@ -175,7 +177,7 @@ def header_aad(envelope: Envelope) -> bytes:
 def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
     """Decode an event object and check it belongs at (session_id, seq)."""
     try:
-        envelope = msgspec.json.decode(data, type=Envelope)
+        envelope = _envelope_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise IntegrityError(session_id, seq, f"not a valid event object ({exc})") from None
     if envelope.v != FORMAT_VERSION:
