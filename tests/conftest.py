@@ -8,6 +8,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,25 +36,28 @@ from .helpers import CountingStore  # noqa: E402
 BACKENDS = ["memory", "local", "moto", "moto_server"]
 
 
-def _serialize_moto_puts() -> None:
-    """moto checks ``If-None-Match``/``If-Match`` and then stores without a lock: two racing
-    conditional PUTs of one key can both succeed, which S3 never allows. Racing-writer tests
-    would then blame evstore for moto's race, so moto's PutObject runs one at a time here."""
+def _serialize_moto() -> None:
+    """moto's S3 is not safe under concurrent requests: it checks ``If-None-Match`` and then
+    stores without a lock (two racing conditional PUTs can both win, which S3 never allows),
+    and a LIST that meets a concurrent DELETE raises ``KeyError`` inside moto. Racing-writer
+    tests would then test moto, not evstore, so moto handles one S3 request at a time here."""
+    import functools
     import threading
 
     from moto.s3.responses import S3Response
 
-    lock = threading.Lock()
-    put_object = S3Response.put_object
+    lock = threading.RLock()
+    for name in ("bucket_response", "key_response"):
+        method = getattr(S3Response, name)
 
-    def atomic_put_object(self: S3Response) -> object:
-        with lock:
-            return put_object(self)
+        def serialized(self: S3Response, *args: object, __method: Any = method, **kwargs: object) -> object:
+            with lock:
+                return __method(self, *args, **kwargs)
 
-    S3Response.put_object = atomic_put_object  # type: ignore[method-assign]
+        setattr(S3Response, name, functools.wraps(method)(serialized))
 
 
-_serialize_moto_puts()
+_serialize_moto()
 
 
 def free_port() -> int:
