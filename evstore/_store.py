@@ -341,7 +341,9 @@ class Store:
         try:
             sealed = b64decode(envelope.sealed)
         except ValueError:
-            raise IntegrityError(raw.session_id, raw.seq, "sealed body is not base64") from None
+            sealed = b""
+        if b64encode(sealed) != envelope.sealed:  # non-canonical base64 decodes alike: refuse any altered byte
+            raise IntegrityError(raw.session_id, raw.seq, "sealed body is not canonical base64")
         plaintext = open_sealed(key, sealed, header_aad(envelope))
         if plaintext is None:
             raise IntegrityError(

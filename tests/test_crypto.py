@@ -422,3 +422,16 @@ def test_a_last_event_relabelled_with_an_unknown_key_id_fails_verify_even_unopen
     with pytest.raises(IntegrityError, match="never used") as caught:
         store.verify("s")
     assert caught.value.seq == 2
+
+
+def test_a_sealed_body_altered_in_base64_padding_bits_is_refused() -> None:
+    store = encrypted_store()
+    _chain(store, 1)
+    sealed = msgspec.json.decode(store.backend.get(store.layout.event_key("s", 1)).data)["sealed"]
+    body, padding = sealed.rstrip("="), sealed[len(sealed.rstrip("=")) :]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    twin = body[:-1] + alphabet[alphabet.index(body[-1]) ^ 1] + padding  # same bytes when decoded
+    assert padding and base64.b64decode(twin) == base64.b64decode(sealed)
+    _rewrite_header(store, ("s", 1), sealed=twin)
+    with pytest.raises(IntegrityError, match="canonical base64"):
+        store.verify("s")
