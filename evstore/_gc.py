@@ -23,7 +23,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from . import _lifecycle
 from ._backends import ObjectInfo, ObjectMissing
@@ -51,6 +51,9 @@ class GcReport:
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
 
+    def count(self, reason: str, objects: int = 1) -> None:
+        self.reasons[reason] = self.reasons.get(reason, 0) + objects
+
 
 @dataclass(frozen=True)
 class ExpiringObject:
@@ -73,7 +76,7 @@ class _Deleter:
         report = self.report
         report.objects_removed += 1
         report.bytes_removed += info.size
-        report.reasons[reason] = report.reasons.get(reason, 0) + 1
+        report.count(reason)
         if self.on_remove is not None:
             self.on_remove(info.key, info.size, reason)
         if report.dry_run:
@@ -96,8 +99,7 @@ class _Deleter:
             self.last = []
 
 
-def _listing(store: Store, prefix: str, report: GcReport) -> Iterator[ObjectInfo]:
-    start = ""
+def _listing(store: Store, prefix: str, report: GcReport, start: str = "") -> Iterator[ObjectInfo]:
     while True:
         page = store.backend.list_page(prefix, start_after=start)
         report.requests += 1
@@ -123,14 +125,15 @@ def _manifest(store: Store, session_id: str, report: GcReport) -> Manifest | Non
 def collect(
     store: Store,
     *,
-    dry_run: bool = False,
-    grace: timedelta = timedelta(days=1),
-    apply_lifecycle: bool = False,
-    keep: int | None = None,
-    prefix: str = "",
-    now: datetime | None = None,
-    on_remove: OnRemove | None = None,
+    dry_run: bool,
+    grace: timedelta,
+    apply_lifecycle: bool,
+    keep: int | None,
+    prefix: str,
+    now: datetime | None,
+    on_remove: OnRemove | None,
 ) -> GcReport:
+    """``Store.gc``: its defaults and contract are there."""
     if grace < timedelta(0):
         raise InvalidInputError("grace must not be negative")
     if keep is not None and keep < 0:
@@ -145,23 +148,22 @@ def collect(
     newest: list[tuple[str, str]] = []  # heap of (created, id): the ``keep`` newest ephemeral sessions
     for session_id in store.list_sessions(prefix):
         report.sessions += 1
-        _collect_session(store, session_id, deleter, report, rules, now, cutoff)
-        if keep is not None:
-            manifest = _manifest(store, session_id, report)
-            if manifest is not None and manifest.retention == "ephemeral" and not store._tombstoned(session_id):
+        live = _collect_session(store, session_id, deleter, report, rules, now, cutoff)
+        if keep is not None and live is not None:
+            manifest = live or _manifest(store, session_id, report)
+            if manifest is not None and manifest.retention == "ephemeral":
                 heapq.heappush(newest, (manifest.created, session_id))
                 if len(newest) > keep:
                     _, oldest = heapq.heappop(newest)
-                    _remove_for_keep(store, oldest, deleter, report, cutoff)
+                    _remove_for_keep(store, oldest, deleter, report)
     report.requests += (report.sessions + 999) // 1000 or 1  # the delimiter LIST pages of list_sessions
     _abort_uploads(store, deleter, report, rules, cutoff, now)
     deleter.flush_all()
     return report
 
 
-def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: GcReport, cutoff: datetime) -> None:
+def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: GcReport) -> None:
     """Delete a session beyond the keep count, as ``delete`` would (forks keep it)."""
-    report.reasons["beyond keep count"] = report.reasons.get("beyond keep count", 0)
     if report.dry_run:
         for info in _listing(store, store.layout.session_prefix(session_id), report):
             deleter.remove(info, "beyond keep count")
@@ -175,7 +177,7 @@ def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: G
     if not result.kept_for_forks:
         report.sessions_removed += 1
         report.objects_removed += result.removed
-        report.reasons["beyond keep count"] += result.removed
+        report.count("beyond keep count", result.removed)
 
 
 def _collect_session(
@@ -186,11 +188,21 @@ def _collect_session(
     rules: list[_lifecycle.Rule],
     now: datetime,
     cutoff: datetime,
-) -> None:
+) -> Manifest | Literal[False] | None:
+    """Collect one session. Returns None unless it is live; for a live one its manifest if
+    this read it, else False (its first LIST page showed nothing to collect)."""
     layout = store.layout
     prefix = layout.session_prefix(session_id)
     first_page = store.backend.list_page(prefix)
     report.requests += 1
+    report.objects_scanned += len(first_page.objects)
+
+    def objects() -> Iterator[ObjectInfo]:
+        """Every object of the session: the page already read, then the rest."""
+        yield from first_page.objects
+        if first_page.truncated:
+            yield from _listing(store, prefix, report, first_page.next_start_after)
+
     names = {o.key[len(prefix) :] for o in first_page.objects}
     if first_page.truncated:
         names |= {o.key[len(prefix) :] for o in store.backend.list(prefix, start_after=layout.after_events(session_id))}
@@ -201,7 +213,7 @@ def _collect_session(
     )
     manifest = _manifest(store, session_id, report) if needs_manifest else None
     if "manifest" in names and not needs_manifest:
-        return  # a live session with nothing to collect: its first page said so
+        return False  # a live session with nothing to collect: its first page said so
     first_own = 1
     if manifest is not None and manifest.parent is not None and not manifest.parent.copied:
         first_own = manifest.parent.seq + 1
@@ -209,7 +221,7 @@ def _collect_session(
     def remove_all(reason: str) -> None:
         young = 0
         tombstone = None
-        for info in _listing(store, prefix, report):
+        for info in objects():
             if info.last_modified > cutoff:
                 young += 1
             elif info.key == layout.tombstone_key(session_id):
@@ -224,16 +236,18 @@ def _collect_session(
 
     if manifest is None:
         remove_all("expired remnant or orphan" if "tombstone" not in names else "deleted")
-        return
+        return None
     if "tombstone" in names:
         if not store.live_forks(session_id, manifest.uid):
             remove_all("deleted")
-        return
+        return None
     if first_seq is not None and first_seq > first_own:
         remove_all("expired remnant")
-        return
+        return None
+    if not rules and not any(n.startswith("forks/") for n in names):
+        return manifest  # read only to place the first seq of a fork: nothing to collect
     tags = store.tags_for(manifest.retention)
-    for info in _listing(store, prefix, report) if rules or any(n.startswith("forks/") for n in names) else ():
+    for info in objects():
         name = info.key[len(prefix) :]
         if info.last_modified > cutoff:
             continue
@@ -242,6 +256,7 @@ def _collect_session(
             deleter.remove(info, "lifecycle expiry")
         elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(store, marker, manifest.uid, report):
             deleter.remove(info, "dead fork marker")
+    return manifest
 
 
 def _fork_alive(store: Store, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:
@@ -265,7 +280,7 @@ def _abort_uploads(
         if upload.initiated > cutoff and (due is None or due > now):
             continue
         report.uploads_aborted += 1
-        report.reasons["incomplete upload"] = report.reasons.get("incomplete upload", 0) + 1
+        report.count("incomplete upload")
         if deleter.on_remove is not None:
             deleter.on_remove(upload.key, 0, "incomplete upload")
         if not report.dry_run:
