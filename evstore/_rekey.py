@@ -164,21 +164,13 @@ def shred(store: Store, session_id: str, *, include_forks: bool = False) -> Shre
         result = shred(store, child, include_forks=True)
         shredded_forks += [child, *result.shredded_forks]
     salt_key = _salt_key(store, session_id)
-    salt_object = _exists(store, salt_key)
+    salt_object = store.has_object(salt_key)
     # the salt goes first: from here on no surviving copy of an event can be opened
     store.backend.delete_many([store.layout.manifest_key(session_id), salt_key])
     removed = 1 + salt_object + store.purge(session_id)
     had_salt = manifest.salt is not None or salt_object
     store._forget_keys(session_id)
     return ShredResult(session_id, removed, had_salt, shredded_forks)
-
-
-def _exists(store: Store, key: str) -> bool:
-    try:
-        store.backend.head(key)
-    except ObjectMissing:
-        return False
-    return True
 
 
 def load_records(store: Store, session_id: str) -> list[RekeyRecord]:

@@ -76,7 +76,7 @@ from ._errors import (
 )
 from ._ids import Layout, parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
 from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
-from ._views import ContextFolder, Event, Position, Repair
+from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -237,13 +237,18 @@ class Store:
                 forks.append(fork)
         return _Meta(tombstone, sorted(segments), forks)
 
-    def _gone(self, session_id: str) -> SessionNotFoundError | SessionExpiredError:
-        """The error for a session without a manifest: expired if events remain, else not found."""
+    def _first_name(self, session_id: str) -> str | None:
+        """The session-relative name of the session's first object (events sort first): one LIST."""
         prefix = self.layout.session_prefix(session_id)
         page = self.backend.list_page(prefix, max_keys=1)
-        if page.objects and parse_seq(page.objects[0].key[len(prefix) :]) is not None:
+        return page.objects[0].key[len(prefix) :] if page.objects else None
+
+    def _gone(self, session_id: str) -> SessionNotFoundError | SessionExpiredError:
+        """The error for a session without a manifest: expired if events remain, else not found."""
+        first = self._first_name(session_id)
+        if first is not None and parse_seq(first) is not None:
             return SessionExpiredError(session_id, "its manifest is gone but events remain")
-        if page.objects and page.objects[0].key.endswith("/tombstone"):
+        if first == "tombstone":
             return SessionNotFoundError(session_id, "was deleted")
         return SessionNotFoundError(session_id)
 
@@ -258,9 +263,10 @@ class Store:
             raise SessionNotFoundError(session_id, "was deleted")
         return _Loaded(manifest, genesis, meta)
 
-    def _exists(self, session_id: str, seq: int) -> bool:
+    def has_object(self, key: str) -> bool:
+        """Whether ``key`` exists: one HEAD."""
         try:
-            self.backend.head(self.layout.event_key(session_id, seq))
+            self.backend.head(key)
         except ObjectMissing:
             return False
         return True
@@ -291,13 +297,13 @@ class Store:
         if not more:
             return max(low, loaded.first_own - 1)
         step = 1000
-        while self._exists(session_id, low + step):
+        while self.has_object(self.layout.event_key(session_id, low + step)):
             low += step
             step *= 2
         high = low + step  # known absent
         while high - low > 1000:
             middle = (low + high) // 2
-            if self._exists(session_id, middle):
+            if self.has_object(self.layout.event_key(session_id, middle)):
                 low = middle
             else:
                 high = middle
@@ -676,22 +682,14 @@ class Store:
     def _require_free(self, session_id: str) -> None:
         """A new session may only start in an empty prefix: never over the remnants of an
         expired or deleted one (their events would collide with its seqs)."""
-        prefix = self.layout.session_prefix(session_id)
-        page = self.backend.list_page(prefix, max_keys=1)
-        if not page.objects:
+        first = self._first_name(session_id)
+        if first is None:
             return
         if self._read_manifest(session_id) is not None:
             raise SessionExistsError(session_id)  # alive, or deleted and kept for its forks
-        if parse_seq(page.objects[0].key[len(prefix) :]) is not None:
+        if parse_seq(first) is not None:
             raise SessionExpiredError(session_id, "its manifest is gone but events remain (gc removes them)")
         raise SessionExistsError(session_id, "was removed but left objects that gc removes")
-
-    def _tombstoned(self, session_id: str) -> bool:
-        try:
-            self.backend.head(self.layout.tombstone_key(session_id))
-        except ObjectMissing:
-            return False
-        return True
 
     def create(self, session_id: str, *, retention: Retention = "permanent") -> Session:
         """Create a new, empty session; ``SessionExistsError`` if the id is taken."""
@@ -783,7 +781,7 @@ class Store:
             with contextlib.suppress(StoreUnavailableError):
                 self.backend.delete_many([marker])
             raise SessionExistsError(target) from None
-        if self._tombstoned(source):
+        if self.has_object(self.layout.tombstone_key(source)):
             # a delete of the parent raced us and did not see the marker: back out
             self.backend.delete_many([self.layout.manifest_key(target), marker])
             raise SessionNotFoundError(source, "was deleted")
@@ -1002,9 +1000,6 @@ class Session:
         """Withdraw every message from the context view (a rewind to seq 0)."""
         return self._append_body(RewindBody(0, None), None)
 
-    def positioned(self) -> list[tuple[Position, Message]]:
-        return self.store._folded(self.id).positioned()
-
     def fork(self, target: str, *, retention: Retention | None = None) -> Session:
         """Fork this session at this writer's head into ``target``, without reading the parent:
         LIST target prefix, PUT marker, PUT manifest, HEAD own tombstone."""
@@ -1098,7 +1093,3 @@ class Session:
         if stored.metadata.get(WRITE_ID_METADATA) == write_id:
             return stored.data
         raise WriteConflictError(self.id, seq)
-
-
-def default_concurrency() -> int:
-    return min(32, (os.cpu_count() or 2) * 8)
