@@ -20,6 +20,7 @@ from evstore import (
     Keyring,
     MemoryStore,
     Receipt,
+    Session,
     SessionExpiredError,
     SessionNotFoundError,
     Store,
@@ -227,16 +228,21 @@ def test_rotation_keeps_old_sessions_on_their_key_until_rekeyed(tmp_path: Path) 
     assert next(only_k2.replay("s1", start=3)).key_id == "k2"
 
 
-def test_rekey_keeps_seqs_messages_and_write_ids_and_a_prior_receipt_is_superseded_not_invalid() -> None:
+def _session_under_a(events: int) -> tuple[MemoryStore, Store, Session, Store]:
+    """A session sealed under key "a", its writer, and a store whose keyring adds "b" as active."""
     backend = MemoryStore()
     ring_a, ring_b = keyring("a"), keyring("b")
     store = Store(backend, root="root", keyring=ring_a)
     writer = store.open("s", create=True)
-    for i in range(5):
+    for i in range(events):
         writer.append(msg(f"m{i}"))
+    return backend, store, writer, Store(backend, root="root", keyring=Keyring({**ring_a.keys, **ring_b.keys}, "b"))
+
+
+def test_rekey_keeps_seqs_messages_and_write_ids_and_a_prior_receipt_is_superseded_not_invalid() -> None:
+    _, store, _, both = _session_under_a(5)
     before = list(store.replay("s"))
     receipt = store.verify("s").receipt
-    both = Store(backend, root="root", keyring=Keyring({**ring_a.keys, **ring_b.keys}, "b"))
     both.rekey("s")
     after = list(both.replay("s"))
     assert [(e.seq, e.ts, e.write_id, e.messages) for e in after] == [(e.seq, e.ts, e.write_id, e.messages) for e in before]
@@ -263,13 +269,7 @@ def test_rekey_migrates_a_plaintext_session_to_encrypted() -> None:
 
 
 def test_rekey_never_loses_an_append_made_concurrently() -> None:
-    backend = MemoryStore()
-    ring_a, ring_b = keyring("a"), keyring("b")
-    store = Store(backend, root="root", keyring=ring_a)
-    writer = store.open("s", create=True)
-    for i in range(4):
-        writer.append(msg(f"m{i}"))
-    both = Store(backend, root="root", keyring=Keyring({**ring_a.keys, **ring_b.keys}, "b"))
+    backend, _, writer, both = _session_under_a(4)
     real_replace = backend.replace
     appended: list[int] = []
 
