@@ -217,7 +217,7 @@ def test_forks_rewind_and_views_through_the_command(run: Run) -> None:
 
 
 def test_context_view_repairs_a_dangling_tool_call(run: Run) -> None:
-    fixture = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "harness-session.jsonl"
+    fixture = Path(__file__).parent / "fixtures" / "harness-session.jsonl"
     run("append", "h", "--jsonl", input=fixture.read_text())
     last = json.loads(run("replay", "h", "--view", "context", "--format", "json").output)[-1]["message"]
     assert last["role"] == "tool" and last["tool_call_id"] == "t2"

@@ -20,7 +20,7 @@ from evstore import InvalidInputError, LocalStore, Store
 from evstore._codec import MessagesBody, encode_body
 from evstore._formats import batch_messages, parse_chatcli, parse_jsonl, render_chatcli, render_jsonl
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).parent / "fixtures"
 CHATCLI = FIXTURES / "chatcli-v2-session.json"
 HARNESS = FIXTURES / "harness-session.jsonl"
 

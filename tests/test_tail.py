@@ -164,7 +164,12 @@ def test_tail_without_follow_prints_the_last_events(tmp_path: Path) -> None:
 def _tail_process(backend: S3Store, moto_endpoint: str, root: str, *args: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-c", "from evstore_cli import main; main()"]
     command += ["--store", f"s3://{backend.bucket}/{root}", "--endpoint-url", moto_endpoint, "tail", "chat", *args]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    # The child starts with SIGINT at its default, whatever this process inherited: under nohup, `&` or a CI
+    # runner SIGINT may be ignored, and an ignored disposition would survive the exec and mute the signal.
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
 
 
 def test_tail_command_follows_another_writer(backend: S3Store, moto_endpoint: str) -> None:

@@ -18,7 +18,7 @@ from evstore._views import INTERRUPTED_RESULT
 
 from .helpers import msg
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def texts(messages: list[dict[str, Any]]) -> list[Any]:
