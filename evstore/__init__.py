@@ -4,6 +4,7 @@ Every message is one immutable object at ``sessions/<id>/<seq>``, written with
 ``If-None-Match: *`` the moment it exists. See the README for a tour.
 """
 
+from ._async import AsyncSession, AsyncStore, Outcome
 from ._backends import LocalStore, MemoryStore, ObjectStore
 from ._chain import Receipt
 from ._codec import Message, Retention
@@ -26,6 +27,8 @@ from ._views import Event, Repair
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncSession",
+    "AsyncStore",
     "DeleteResult",
     "Event",
     "EvstoreError",
@@ -37,6 +40,7 @@ __all__ = [
     "MemoryStore",
     "Message",
     "ObjectStore",
+    "Outcome",
     "Receipt",
     "Repair",
     "Retention",

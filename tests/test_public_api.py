@@ -29,3 +29,18 @@ def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
     code = f"import sys, evstore; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_async_api_keeps_the_names_adapters_build_on() -> None:
+    import asyncio
+    import inspect
+
+    store = evstore.Store(evstore.MemoryStore())
+    astore = evstore.AsyncStore(store, max_workers=1)
+    assert astore.store is store
+    assert inspect.iscoroutinefunction(evstore.AsyncStore.run)
+    assert asyncio.run(astore.run(sum, [1, 2])) == 3
+    for name in ("create", "open", "context", "info", "list_sessions", "fork", "delete", "verify", "aclose"):
+        assert inspect.iscoroutinefunction(getattr(evstore.AsyncStore, name)), name
+    for name in ("append", "rewind", "pop", "clear", "refresh", "fork"):
+        assert inspect.iscoroutinefunction(getattr(evstore.AsyncSession, name)), name

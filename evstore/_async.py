@@ -1,0 +1,306 @@
+"""The async API: ``AsyncStore`` and ``AsyncSession`` over a sync ``Store``.
+
+Every blocking call runs in a bounded thread pool the ``AsyncStore`` owns
+(``max_workers`` threads, started lazily), over the same ``Store`` object and
+therefore the same objects and sessions as the sync API.
+
+Cancellation contract (``AsyncStore.run`` and every method built on it): a
+call that has started in the pool is never abandoned. When the awaiting task
+is cancelled while the call runs, the coroutine first waits for the call's
+outcome, then raises ``CancelledError`` — the same exception instance the
+cancellation delivered, so ``asyncio.timeout``, ``wait_for`` and task groups
+behave as usual. A cancelled write is therefore never left unsettled, and its
+outcome is knowable:
+
+* ``AsyncStore.outcome(cancelled_error)`` returns the ``Outcome`` (the value
+  the call returned, or the exception it raised), and a note on the
+  ``CancelledError`` says which;
+* ``AsyncSession.last_outcome`` is the ``Outcome`` of the session's last
+  settled write (``append``, ``rewind``, ``pop``, ``clear``), cancelled or not:
+  for an append, ``value`` is its seq.
+
+A call still queued for a worker when the task is cancelled has not started
+either: it is cancelled outright, and the outcome says so (``started`` False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from ._chain import Receipt
+from ._codec import Message, Retention
+from ._errors import InvalidInputError
+from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
+from ._views import Event, Repair
+
+__all__ = ["AsyncSession", "AsyncStore", "Outcome"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Events fetched per pool round trip by ``AsyncStore.replay``.
+REPLAY_BATCH = 256
+_OUTCOME_ATTR = "evstore_outcome"
+
+
+class Outcome(Generic[T]):
+    """How a call that ran in the pool settled: it returned ``value`` or raised ``error``.
+
+    ``started`` is False for a call cancelled before a worker picked it up
+    (it did nothing; ``error`` is then a ``CancelledError``).
+    """
+
+    __slots__ = ("error", "started", "value")
+
+    def __init__(self, value: T | None, error: BaseException | None, *, started: bool = True) -> None:
+        self.value = value
+        self.error = error
+        self.started = started
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def result(self) -> T:
+        """The value, or raise the error."""
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]  # None only when T admits it
+
+    def __repr__(self) -> str:
+        if self.error is None:
+            return f"Outcome(value={self.value!r:.80})"
+        return f"Outcome(error={type(self.error).__name__}, started={self.started})"
+
+
+def _outcome_of(future: asyncio.Future[T]) -> Outcome[T]:
+    if future.cancelled():  # the pool dropped the call before it started (shutdown)
+        return Outcome(None, asyncio.CancelledError(), started=False)
+    error = future.exception()
+    if error is not None:
+        return Outcome(None, error)
+    return Outcome(future.result(), None)
+
+
+class AsyncStore:
+    """Async access to a ``Store`` through a bounded thread pool of its own.
+
+    ``store``: the sync store it wraps (shared, usable alongside). ``aclose``
+    (or ``async with``) shuts the pool down; it does not close the store.
+    """
+
+    def __init__(self, store: Store, *, max_workers: int = 8) -> None:
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise InvalidInputError("max_workers must be a positive integer")
+        self.store = store
+        self.max_workers = max_workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"AsyncStore({self.store!r}, max_workers={self.max_workers})"
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._closed:
+                raise InvalidInputError("this AsyncStore is closed")
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="evstore-async")
+            return self._pool
+
+    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run the blocking ``fn(*args, **kwargs)`` in the pool and return its result.
+
+        If the awaiting task is cancelled while ``fn`` runs, wait for ``fn``'s
+        outcome, then raise the ``CancelledError`` (``AsyncStore.outcome(exc)``
+        tells the outcome). Adapters build everything on this.
+        """
+        context = contextvars.copy_context()  # as asyncio.to_thread: contextvars reach fn
+        call = self._executor().submit(context.run, functools.partial(fn, *args, **kwargs))
+        future: asyncio.Future[T] = asyncio.wrap_future(call)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError as cancelled:
+            if call.cancel():  # still queued: it never runs
+                outcome: Outcome[T] = Outcome(None, asyncio.CancelledError(), started=False)
+            else:  # running or done: wait for its outcome
+                await _settle(future)
+                outcome = _outcome_of(future)
+            setattr(cancelled, _OUTCOME_ATTR, outcome)
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            if outcome.error is None:
+                note = f"evstore: cancelled while {name} ran; it completed and returned {outcome.value!r:.80}"
+            elif not outcome.started:
+                note = f"evstore: cancelled before {name} started; it did not run"
+            else:
+                note = f"evstore: cancelled while {name} ran; it raised {type(outcome.error).__name__}"
+            cancelled.add_note(note)
+            raise
+
+    @staticmethod
+    def outcome(cancelled: BaseException) -> Outcome[Any] | None:
+        """The outcome of the call a ``CancelledError`` from ``run`` interrupted (None if none)."""
+        found = getattr(cancelled, _OUTCOME_ATTR, None)
+        return found if isinstance(found, Outcome) else None
+
+    # ---- sessions -----------------------------------------------------------
+    async def create(self, session_id: str, *, retention: Retention = "permanent") -> AsyncSession:
+        return AsyncSession(self, await self.run(self.store.create, session_id, retention=retention))
+
+    async def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> AsyncSession:
+        return AsyncSession(self, await self.run(self.store.open, session_id, create=create, retention=retention))
+
+    async def fork(self, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> AsyncSession:
+        return AsyncSession(self, await self.run(self.store.fork, source, target, at=at, retention=retention))
+
+    async def delete(self, session_id: str) -> DeleteResult:
+        return await self.run(self.store.delete, session_id)
+
+    # ---- reading --------------------------------------------------------------
+    async def replay(
+        self, session_id: str, *, start: int = 1, end: int | None = None, batch: int = REPLAY_BATCH
+    ) -> AsyncIterator[Event]:
+        """The audit view as an async iterator: the sync ``Store.replay`` generator is pulled
+        in the pool, ``batch`` events per round trip. Errors surface as iteration reaches them."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidInputError("batch must be a positive integer")
+        events: Iterator[Event] = self.store.replay(session_id, start=start, end=end)  # lazy: no request yet
+        try:
+            while True:
+                chunk = await self.run(_take, events, batch)
+                for event in chunk:
+                    yield event
+                if len(chunk) < batch:
+                    return
+        finally:
+            # never running here: each pull settles before this generator resumes
+            events_close = getattr(events, "close", None)
+            if events_close is not None:
+                events_close()  # cancels pending prefetches; no request
+
+    async def context(self, session_id: str, *, repair: Repair = "error") -> list[Message]:
+        return await self.run(self.store.context, session_id, repair=repair)
+
+    async def info(self, session_id: str) -> SessionInfo:
+        return await self.run(self.store.info, session_id)
+
+    async def list_sessions(self, prefix: str = "", *, start_after: str = "", limit: int | None = None) -> list[str]:
+        return await self.run(_to_list, self.store.list_sessions(prefix, start_after=start_after, limit=limit))
+
+    async def verify(self, session_id: str, expect: Receipt | None = None) -> VerifyResult:
+        return await self.run(self.store.verify, session_id, expect=expect)
+
+    # ---- lifetime -------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Shut the pool down after the calls in it finish (the store stays open)."""
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, functools.partial(pool.shutdown, wait=True))
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class AsyncSession:
+    """An async writer for one session, wrapping a sync ``Session``.
+
+    Calls on one ``AsyncSession`` run one at a time (a ``Session`` is not
+    thread-safe); concurrent tasks queue. Every write is cancel-safe (see the
+    module's cancellation contract) and records ``last_outcome``.
+    """
+
+    def __init__(self, astore: AsyncStore, session: Session) -> None:
+        self.astore = astore
+        self.session = session
+        #: How the last write settled (value: the seq for append/rewind/clear, the message for pop).
+        self.last_outcome: Outcome[Any] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    @property
+    def head(self) -> int:
+        return self.session.head
+
+    def __repr__(self) -> str:
+        return f"AsyncSession({self.id!r}, head={self.head})"
+
+    def _locked(self, fn: Callable[P, T]) -> Callable[P, T]:
+        def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        call.__qualname__ = getattr(fn, "__qualname__", "call")
+        return call
+
+    async def _write(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            value = await self.astore.run(self._locked(fn), *args, **kwargs)
+        except asyncio.CancelledError as cancelled:
+            found = AsyncStore.outcome(cancelled)
+            if found is not None and found.started:
+                self.last_outcome = found
+            raise
+        except BaseException as error:
+            self.last_outcome = Outcome(None, error)
+            raise
+        self.last_outcome = Outcome(value, None)
+        return value
+
+    async def append(self, message: Message | Iterable[Message], *, expected_head: int | None = None) -> int:
+        """Append one message, or a list as one atomic event; return its seq. Cancel-safe:
+        a cancelled append waits for the PUT's outcome, records it in ``last_outcome``,
+        then raises ``CancelledError``."""
+        return await self._write(self.session.append, message, expected_head=expected_head)
+
+    async def rewind(self, to_seq: int, *, keep: int | None = None, expected_head: int | None = None) -> int:
+        return await self._write(self.session.rewind, to_seq, keep=keep, expected_head=expected_head)
+
+    async def pop(self) -> Message | None:
+        return await self._write(self.session.pop)
+
+    async def clear(self) -> int:
+        return await self._write(self.session.clear)
+
+    async def refresh(self) -> int:
+        return await self.astore.run(self._locked(self.session.refresh))
+
+    async def fork(self, target: str, *, retention: Retention | None = None) -> AsyncSession:
+        forked = await self.astore.run(self._locked(self.session.fork), target, retention=retention)
+        return AsyncSession(self.astore, forked)
+
+
+async def _settle(future: asyncio.Future[Any]) -> None:
+    """Wait until ``future`` is done, absorbing further cancellations (they are re-raised
+    by the caller's single ``CancelledError``: the task stays cancelled)."""
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.cancelled():
+                return
+        except BaseException:  # the call's own error: it is the outcome, read by the caller
+            return
+
+
+def _take(events: Iterator[T], count: int) -> list[T]:
+    return list(islice(events, count))
+
+
+def _to_list(items: Iterable[T]) -> list[T]:
+    return list(items)
