@@ -1,7 +1,7 @@
 """Commands that connect evstore to other tools: ``import``, ``export`` and ``tail``.
 
 ``register(cli)`` adds them to the command group (``cli/_main.py`` calls it).
-This module never imports ``_main`` at import time, so either can be imported first.
+This module imports ``_common`` and ``_output``, never ``_main``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import msgspec
@@ -28,10 +28,8 @@ from evstore._formats import (
 )
 from evstore._ids import parse_seq, validate_session_id
 
+from ._common import Context
 from ._output import event_lines, render_text, write_jsonl
-
-if TYPE_CHECKING:
-    from ._main import Context
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
 MAX_IMPORT_BYTES = 1 << 30

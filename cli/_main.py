@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import msgspec
@@ -16,46 +16,15 @@ import msgspec
 import evstore
 from evstore import (
     EvstoreError,
-    IntegrityError,
     InvalidInputError,
     Receipt,
     SessionExpiredError,
     SessionNotFoundError,
-    Store,
-    WriteConflictError,
 )
 
+from ._common import CommandError, Context, Progress, counted, exit_code_for, pass_context
+from ._ecosystem import register
 from ._output import event_lines, info_json, render_text, write_json, write_jsonl
-
-#: Exit codes by error class; the first match (most specific first) wins.
-EXIT_CODES: tuple[tuple[type[EvstoreError], int], ...] = (
-    (InvalidInputError, 2),
-    (SessionNotFoundError, 3),
-    (WriteConflictError, 4),
-    (IntegrityError, 5),
-    (SessionExpiredError, 6),
-    (EvstoreError, 1),
-)
-
-T = TypeVar("T")
-
-
-class CommandError(click.ClickException):
-    """An expected failure: ``evstore: <message>`` on stderr, with its exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
-
-    def format_message(self) -> str:
-        return " ".join(self.message.split())
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"evstore: {self.format_message()}", err=True)
-
-
-def exit_code_for(error: EvstoreError) -> int:
-    return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
 class Group(click.Group):
@@ -90,26 +59,6 @@ class Group(click.Group):
             if os.environ.get("EVSTORE_DEBUG"):
                 raise
             raise CommandError(f"unexpected failure: {type(error).__name__}: {error}", 1) from None
-
-
-class Context:
-    def __init__(self, store_url: str | None, endpoint_url: str | None) -> None:
-        self.store_url = store_url
-        self.endpoint_url = endpoint_url
-        self._store: Store | None = None
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            self._store = evstore.open_store(self.store_url, endpoint_url=self.endpoint_url)
-        return self._store
-
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-
-
-pass_context = click.make_pass_decorator(Context)
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -521,24 +470,6 @@ def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
         click.echo(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
 
 
-class Progress:
-    """A counter on stderr while a terminal watches; nothing when stderr is piped."""
-
-    def __init__(self, enabled: bool = True, unit: str = "objects") -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.unit = unit
-        self.count = 0
-
-    def tick(self) -> None:
-        self.count += 1
-        if self.enabled and self.count % 100 == 0:
-            click.echo(f"\r{self.count} {self.unit}...", err=True, nl=False)
-
-    def clear(self) -> None:
-        if self.enabled and self.count >= 100:
-            click.echo("\r" + " " * 30 + "\r", err=True, nl=False)
-
-
 @cli.command()
 @click.option(
     "--keyring", "keyring_path", type=click.Path(dir_okay=False), help="Add the key to this keyring file and make it active."
@@ -555,17 +486,8 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
     click.echo(f"added key {kid} to {keyring_path} and made it active")
 
 
-def counted(items: Iterable[T], progress: Progress) -> Iterator[T]:
-    for item in items:
-        progress.tick()
-        yield item
-    progress.clear()
-
-
 def main() -> None:
     cli(prog_name="evstore")
 
-
-from ._ecosystem import register  # noqa: E402  (after cli exists; _ecosystem never imports _main)
 
 register(cli)
