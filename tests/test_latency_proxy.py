@@ -1,0 +1,256 @@
+"""benchmarks/latency_proxy.py: counting, the dependency depth, the delay, and bodies passing through.
+
+A tiny HTTP server on 127.0.0.1 stands upstream; one test goes through to moto's server with boto3.
+Timing is asserted only as lower bounds (a delay can only add time), never as upper bounds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from benchmarks.latency_proxy import LatencyProxy, request_kind
+
+from .conftest import free_port
+
+BIG = bytes(range(256)) * 1200  # 300 KiB: several pieces of the proxy's relay loop
+
+
+class _Upstream(ThreadingHTTPServer):
+    daemon_threads = True
+    barrier: threading.Barrier
+    peers: set[int]
+    lock: threading.Lock
+
+
+class _UpstreamHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Upstream
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _reply(self, body: bytes, *, status: int = 200, length: bool = True) -> None:
+        self.send_response(status)
+        if length:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        with self.server.lock:
+            self.server.peers.add(self.client_address[1])
+        if self.path.startswith("/b/barrier"):
+            # answers only once two requests are here at the same time: proves they overlapped in the proxy
+            try:
+                self.server.barrier.wait()
+            except threading.BrokenBarrierError:
+                self._reply(b"no overlap", status=500)
+                return
+            self._reply(b"together")
+        elif self.path == "/b/big":
+            self._reply(BIG)
+        elif self.path == "/b/chunked":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for piece in (b"alpha-", b"beta-", b"gamma" * 5000):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self._reply(f"path={self.path} host={self.headers.get('Host')}".encode())
+
+    do_HEAD = do_GET
+
+    def do_PUT(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._reply(b"got " + body[::-1])
+
+
+@pytest.fixture
+def upstream() -> Iterator[_Upstream]:
+    server = _Upstream(("127.0.0.1", 0), _UpstreamHandler)
+    server.barrier = threading.Barrier(2, timeout=10)
+    server.peers = set()
+    server.lock = threading.Lock()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def proxy_for(upstream: _Upstream, delay: float = 0.0) -> LatencyProxy:
+    return LatencyProxy(f"http://127.0.0.1:{upstream.server_address[1]}", delay=delay).start()
+
+
+def get(conn: http.client.HTTPConnection, path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    conn.request(method, path, body=body)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def connect(proxy: LatencyProxy) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=20)
+
+
+def concurrent_pair(proxy: LatencyProxy) -> list[tuple[int, bytes]]:
+    """Two requests on two connections at once; each upstream answer waits for the other request to arrive."""
+    results: list[tuple[int, bytes]] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        got = get(connect(proxy), "/b/barrier")
+        with lock:
+            results.append(got)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_two_concurrent_requests_have_depth_1(upstream: _Upstream) -> None:
+    with proxy_for(upstream, delay=0.05) as proxy:  # delayed: the delay must not serialize them
+        proxy.reset()
+        assert concurrent_pair(proxy) == [(200, b"together")] * 2
+        assert proxy.wait_idle()
+        stats = proxy.snapshot()
+    assert (stats.requests, stats.depth, stats.in_flight) == (2, 1, 0)
+
+
+def test_two_sequential_requests_have_depth_2(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        proxy.reset()
+        conn = connect(proxy)
+        assert get(conn, "/b/a")[0] == 200
+        assert get(conn, "/b/b")[0] == 200
+        stats = proxy.snapshot()
+        # the next one on another connection (another proxy thread), sent as soon as the answer was read
+        assert get(connect(proxy), "/b/c")[0] == 200
+        after = proxy.snapshot()
+    assert (stats.requests, stats.depth) == (2, 2)
+    assert (after.requests, after.depth) == (3, 3)
+
+
+def test_the_depth_is_the_longest_chain(upstream: _Upstream) -> None:
+    """a, then b and c together (both depend on a only), then d: the longest chain is a-b-d."""
+    with proxy_for(upstream) as proxy:
+        proxy.reset()
+        conn = connect(proxy)
+        get(conn, "/b/a")
+        assert concurrent_pair(proxy) == [(200, b"together")] * 2
+        assert proxy.snapshot().depth == 2
+        get(conn, "/b/d")
+        stats = proxy.snapshot()
+    assert (stats.requests, stats.depth) == (4, 3)
+
+
+def test_reset_opens_a_new_window(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        conn = connect(proxy)
+        for path in ("/b/1", "/b/2", "/b/3"):
+            get(conn, path)
+        assert (proxy.snapshot().requests, proxy.snapshot().depth) == (3, 3)
+        proxy.reset()
+        assert (proxy.snapshot().requests, proxy.snapshot().depth) == (0, 0)
+        get(conn, "/b/4")  # same keep-alive connection, new window
+        stats = proxy.snapshot()
+    assert (stats.requests, stats.depth, stats.by_kind) == (1, 1, {"GET": 1})
+
+
+def test_each_request_pays_the_delay(upstream: _Upstream) -> None:
+    delay = 0.05
+    with proxy_for(upstream, delay=delay) as proxy:
+        conn = connect(proxy)
+        get(conn, "/b/warm")  # the connection exists: what follows is requests only
+        started = time.perf_counter()
+        for path in ("/b/1", "/b/2", "/b/3"):
+            get(conn, path)
+        elapsed = time.perf_counter() - started
+        proxy.delay = 0.0
+        get(conn, "/b/after")  # the delay can change between requests
+    assert elapsed >= 3 * delay
+
+
+def test_bodies_pass_through_on_one_kept_alive_connection(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        proxy.reset()
+        conn = connect(proxy)
+        assert get(conn, "/b/big") == (200, BIG)
+        assert get(conn, "/b/chunked") == (200, b"alpha-beta-" + b"gamma" * 5000)  # no length upstream: re-chunked
+        conn.request("HEAD", "/b/big")
+        head = conn.getresponse()
+        assert (head.status, head.getheader("Content-Length"), head.read()) == (200, str(len(BIG)), b"")
+        assert get(conn, "/b/put", "PUT", b"payload") == (200, b"got daolyap")
+        # the Host header is passed on as the client sent it (SigV4 signs it)
+        assert get(conn, "/b/host")[1] == f"path=/b/host host=127.0.0.1:{proxy.port}".encode()
+        stats = proxy.snapshot()
+    assert stats.requests == 5
+    assert stats.by_kind == {"GET": 3, "HEAD": 1, "PUT": 1}
+    assert stats.bytes_up == len(b"payload")
+    assert stats.bytes_down >= len(BIG) * 1 + len(b"alpha-beta-" + b"gamma" * 5000)
+    with upstream.lock:
+        assert len(upstream.peers) == 1  # one upstream connection served every request of the client connection
+
+
+def test_an_unreachable_upstream_answers_502_and_counts(upstream: _Upstream) -> None:
+    with LatencyProxy(f"http://127.0.0.1:{free_port()}") as proxy:
+        proxy.reset()
+        status, body = get(connect(proxy), "/b/x")
+        stats = proxy.snapshot()
+    assert status == 502 and b"upstream failed" in body
+    assert (stats.requests, stats.depth, stats.upstream_errors) == (1, 1, 1)
+
+
+def test_only_loopback_upstreams() -> None:
+    for bad in ("http://192.0.2.1:80", "https://127.0.0.1:9000", "http://127.0.0.1"):
+        with pytest.raises(ValueError):
+            LatencyProxy(bad)
+
+
+def test_request_kinds() -> None:
+    assert request_kind("GET", "/bucket?list-type=2&prefix=a%2F") == "LIST"
+    assert request_kind("GET", "/bucket/") == "LIST"
+    assert request_kind("GET", "/bucket/sessions/a/1") == "GET"
+    assert request_kind("PUT", "/bucket/k") == "PUT"
+    assert request_kind("POST", "/bucket?delete") == "POST"
+
+
+def test_boto3_through_the_proxy_to_moto(moto_endpoint: str) -> None:
+    import boto3
+    from botocore.config import Config
+
+    with LatencyProxy(moto_endpoint, delay=0.01) as proxy:
+        client = boto3.client("s3", endpoint_url=proxy.endpoint, config=Config(s3={"addressing_style": "path"}))
+        sent: Counter[str] = Counter()
+
+        def count(**kwargs: Any) -> None:
+            sent[str(kwargs.get("event_name", "")).rsplit(".", 1)[-1]] += 1
+
+        client.meta.events.register("before-send.s3", count)
+        bucket = f"lp-{uuid.uuid4().hex[:10]}"
+        client.create_bucket(Bucket=bucket)
+        proxy.reset()
+        sent.clear()
+        for i in range(3):
+            client.put_object(Bucket=bucket, Key=f"k/{i}", Body=BIG[: 1000 * (i + 1)], IfNoneMatch="*")
+        listed = client.list_objects_v2(Bucket=bucket, Prefix="k/")
+        assert [o["Key"] for o in listed["Contents"]] == ["k/0", "k/1", "k/2"]
+        assert client.get_object(Bucket=bucket, Key="k/2")["Body"].read() == BIG[:3000]
+        assert client.head_object(Bucket=bucket, Key="k/1")["ContentLength"] == 2000
+        stats = proxy.snapshot()
+    assert stats.requests == sum(sent.values()) == 6
+    assert stats.by_kind == {"PUT": 3, "LIST": 1, "GET": 1, "HEAD": 1}
+    assert stats.depth == 6  # one after another
