@@ -1,0 +1,728 @@
+"""Google ADK sessions on evstore: ``EvstoreSessionService``.
+
+A ``google.adk.sessions.BaseSessionService`` over an evstore ``Store`` (or an
+``AsyncStore``; blocking calls run in its bounded pool, cancel-safe: a
+cancelled call settles before ``CancelledError`` is raised). Install ADK with
+``pip install 'evstore[adk]'``::
+
+    from google.adk.runners import Runner
+    from evstore.integrations.adk import EvstoreSessionService
+
+    service = EvstoreSessionService(evstore.open_store("s3://bucket/agents"))
+    runner = Runner(app_name="app", agent=agent, session_service=service)
+
+Layout (``prefix`` defaults to ``adk``; each name part is encoded as below):
+
+* ``<prefix>.s.<app>.<user>.<session>``: one evstore session per ADK session.
+  Seq 1 records the creation (ids, creation time, initial session state); each
+  ADK event is then one evstore event holding one message whose
+  ``meta.adk.event`` is ``Event.model_dump(mode="json")`` (``None`` fields
+  left out when the event validates back equal without them), so an event
+  reads back equal to the one appended, bytes parts included. The message's
+  role is ``user`` for events the user authored, else ``assistant``, and its
+  content the event's text parts, so ``evstore replay`` shows the conversation.
+* Session state (keys without a prefix) lives in those events: an event that
+  changes it carries the whole session state after it (``meta.adk.state``),
+  every other event the seq of the newest one that does (``meta.adk.state_at``).
+  Reading a session's state costs its head event and at most one more.
+* ``<prefix>.a.<app>`` (``app:`` keys) and ``<prefix>.u.<app>.<user>``
+  (``user:`` keys): one event per state delta, carrying the delta and the whole
+  scoped state after it, appended at the head it was computed from (retried
+  on a conflict), so concurrent writers never lose each other's keys.
+  ``temp:`` keys are never stored. Values are replaced whole; values that are
+  not JSON are stored as their JSON form (``pydantic_core.to_jsonable_python``),
+  or their ``str`` when they have none, as ADK's database services do.
+
+Name parts are encoded reversibly into evstore ids: ``A-Z a-z 0-9 -`` are kept,
+every other UTF-8 byte becomes ``_XX`` (upper-case hex) and an empty part is
+``_``. An encoded id longer than evstore's 128 characters is refused with
+``InvalidInputError`` before any request.
+
+Behaviour (ADK's documented contract and its own services'):
+
+* ``create_session`` strips the id, generates a uuid4 when it is None or blank,
+  and creates the evstore session with a conditional PUT: of two concurrent
+  creates of one (app, user, id) exactly one wins, the other raises
+  ``AlreadyExistsError`` and writes nothing.
+* ``get_session`` returns None for a missing or deleted session; otherwise the
+  merged state and the events in order. ``GetSessionConfig.num_recent_events``
+  and ``after_timestamp`` (inclusive) are served by reading backwards from the
+  head in growing chunks (``store.replay(id, start=..., end=...)``): the
+  requests grow with the events returned, not with the session's length. As
+  ADK's in-memory service, the backward walk stops at the first event older
+  than ``after_timestamp``.
+* ``append_event`` skips partial events, keeps ``temp:`` keys out of storage,
+  and appends at the head the session object was read at (``expected_head``):
+  a session object overtaken by another append (another process, or another
+  copy of the same revision) raises ``StaleSessionError`` and writes nothing.
+  Exactly one of two racing appends from one revision wins. A session never
+  created, or deleted, raises ADK's ``SessionNotFoundError``. ``app:`` and
+  ``user:`` deltas are written after the event itself (a crash in between
+  loses them; the event keeps the delta).
+* An event with ``actions.rewind_before_invocation_id`` (``Runner.rewind_async``)
+  is stored as any event, then followed by an evstore retraction
+  (``Session.rewind``) to just before the invocation's first event, so
+  evstore's context view shows what ADK considers live. Finding that event
+  reads the session from the start (rewinds are rare).
+* ``delete_session`` of an unknown session is a no-op; ``list_sessions(app,
+  user_id=None)`` lists every user's sessions of the app, without events,
+  ordered by last update time as ADK's services do.
+
+Errors: ADK's own types, each also an evstore error (``AlreadyExistsError`` is
+also ``SessionExistsError``, ``StaleSessionError`` also ``WriteConflictError``,
+ADK's ``SessionNotFoundError`` also evstore's). Other store failures raise
+evstore's errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Any, TypeVar, cast
+
+import pydantic
+import pydantic_core
+from google.adk.errors import StaleSessionError as _AdkStaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError as _AdkAlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError as _AdkSessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.platform import time as platform_time
+from google.adk.platform import uuid as platform_uuid
+from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
+from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
+from typing_extensions import override
+
+from .. import (
+    AsyncStore,
+    EvstoreError,
+    InvalidInputError,
+    Message,
+    Retention,
+    SessionExistsError,
+    SessionExpiredError,
+    Store,
+    WriteConflictError,
+)
+from .. import Event as StoreEvent
+from .. import Session as Writer
+from .. import SessionNotFoundError as StoreSessionNotFoundError
+
+__all__ = [
+    "AlreadyExistsError",
+    "EvstoreSessionService",
+    "SessionNotFoundError",
+    "StaleSessionError",
+    "decode_part",
+    "encode_part",
+]
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The meta key of every record this module writes.
+META_KEY = "adk"
+RECORD_VERSION = 1
+_MAX_ID = 128
+_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+_HEX = "0123456789ABCDEF"
+_CACHE_SIZE = 1024
+_SCOPED_ATTEMPTS = 50
+_STALE = "The session has been modified in storage since it was loaded. Reload the session before appending more events."
+
+
+class AlreadyExistsError(_AdkAlreadyExistsError, SessionExistsError):
+    """ADK's ``AlreadyExistsError`` for an existing (app, user, session id); also evstore's ``SessionExistsError``."""
+
+    def __init__(self, session_id: str, message: str) -> None:
+        Exception.__init__(self, message)
+        self.message = message
+        self.session_id = session_id
+        self.seq = 0
+
+
+class StaleSessionError(_AdkStaleSessionError, WriteConflictError):
+    """ADK's ``StaleSessionError`` for an append from a superseded session object; also ``WriteConflictError``."""
+
+    def __init__(self, session_id: str, seq: int) -> None:
+        Exception.__init__(self, _STALE)
+        self.session_id = session_id
+        self.seq = seq
+
+
+class SessionNotFoundError(_AdkSessionNotFoundError, StoreSessionNotFoundError):
+    """ADK's ``SessionNotFoundError`` for an append to a missing session; also evstore's."""
+
+    def __init__(self, session_id: str, message: str) -> None:
+        Exception.__init__(self, message)
+        self.session_id = session_id
+
+
+# ---- ids -----------------------------------------------------------------------
+
+
+def encode_part(text: str) -> str:
+    """One name part as evstore id characters (reversible; see the module docstring)."""
+    if not text:
+        return "_"
+    out: list[str] = []
+    for byte in text.encode("utf-8", "surrogatepass"):
+        out.append(chr(byte) if byte in _KEPT else "_" + _HEX[byte >> 4] + _HEX[byte & 15])
+    return "".join(out)
+
+
+def decode_part(part: str) -> str | None:
+    """The name ``encode_part`` made ``part`` from, or None when ``part`` is not such an encoding."""
+    if part == "_":
+        return ""
+    data = bytearray()
+    i = 0
+    while i < len(part):
+        char = part[i]
+        if char == "_":
+            pair = part[i + 1 : i + 3]
+            if len(pair) != 2 or any(c not in _HEX for c in pair):
+                return None
+            byte = int(pair, 16)
+            if byte in _KEPT:
+                return None  # not canonical: encode_part keeps it
+            data.append(byte)
+            i += 3
+        elif ord(char) < 128 and ord(char) in _KEPT:
+            data.append(ord(char))
+            i += 1
+        else:
+            return None
+    try:
+        text = data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return text if text and encode_part(text) == part else None
+
+
+# ---- records -------------------------------------------------------------------
+
+
+def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return cast(dict[str, Any], pydantic_core.to_jsonable_python(state))
+    except (pydantic_core.PydanticSerializationError, TypeError, ValueError):
+        logger.warning("ADK state holds values that are not JSON-serializable; they are stored as their str()")
+        return cast(dict[str, Any], pydantic_core.to_jsonable_python(state, fallback=str))
+
+
+def _split_state(state: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(app, user, session) parts of a state dict or delta, prefixes stripped, ``temp:`` dropped, as JSON."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    own: dict[str, Any] = {}
+    for key, value in (state or {}).items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            own[key] = value
+    return _json_safe(app), _json_safe(user), _json_safe(own)
+
+
+def _merged(own: dict[str, Any], app: dict[str, Any], user: dict[str, Any]) -> dict[str, Any]:
+    state = copy.deepcopy(own)
+    state.update({State.APP_PREFIX + k: copy.deepcopy(v) for k, v in app.items()})
+    state.update({State.USER_PREFIX + k: copy.deepcopy(v) for k, v in user.items()})
+    return state
+
+
+def _dump_event(event: Event) -> dict[str, Any]:
+    """The event as JSON that validates back equal to it (``None`` fields left out when they may be)."""
+    try:
+        data = event.model_dump(mode="json", exclude_none=True)
+        if Event.model_validate(data) != event:
+            data = event.model_dump(mode="json")
+    except (pydantic_core.PydanticSerializationError, pydantic.ValidationError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"ADK event {event.id!r} cannot be stored as JSON: {exc}"[:300]) from None
+    return data
+
+
+def _event_text(event: Event) -> str | None:
+    parts = event.content.parts if event.content is not None and event.content.parts else []
+    texts = [part.text for part in parts if part.text]
+    return "".join(texts) if texts else None
+
+
+def _record(event: StoreEvent) -> dict[str, Any] | None:
+    """This module's record in an evstore event, or None (a retraction, or a message someone else wrote)."""
+    messages = event.messages
+    if len(messages) != 1:
+        return None
+    meta = messages[0].get("meta")
+    record = meta.get(META_KEY) if isinstance(meta, dict) else None
+    if not isinstance(record, dict) or record.get("v") != RECORD_VERSION:
+        return None
+    return record
+
+
+def _marker(uid: str, head: int, state_seq: int) -> str:
+    return f"{uid}:{head}:{state_seq}"
+
+
+def _parse_marker(marker: str) -> tuple[str, int, int] | None:
+    parts = marker.split(":")
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+class _Tail:
+    """What reading a session backwards from ``head`` found."""
+
+    def __init__(self, uid: str, head: int) -> None:
+        self.uid = uid
+        self.head = head
+        self.events: list[Event] = []  # newest first
+        self.state_seq = 0
+        self.state: dict[str, Any] | None = None  # the snapshot, when the newest record carries it
+        self.updated: float | None = None
+        self.found_newest = False
+
+
+class _Lru(OrderedDict[str, T]):
+    def remember(self, key: str, value: T) -> T:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > _CACHE_SIZE:
+            self.popitem(last=False)
+        return value
+
+
+# ---- the service -----------------------------------------------------------------
+
+
+class EvstoreSessionService(BaseSessionService):
+    """ADK sessions in an evstore ``Store`` (see the module docstring for the layout).
+
+    ``store``: a ``Store``, or an ``AsyncStore`` whose pool runs the blocking calls.
+    ``prefix``: the first part of every evstore id this service uses.
+    ``retention``: of the evstore sessions it creates.
+    """
+
+    def __init__(self, store: Store | AsyncStore, *, prefix: str = "adk", retention: Retention = "permanent") -> None:
+        if not prefix or not prefix[0].isascii() or not prefix[0].isalnum() or encode_part(prefix) != prefix:
+            raise InvalidInputError("prefix must be letters, digits and '-', starting with a letter or digit")
+        self.async_store = store if isinstance(store, AsyncStore) else AsyncStore(store)
+        self.store: Store = self.async_store.store
+        self.prefix = prefix
+        self.retention: Retention = retention
+        self._lock = threading.Lock()  # guards the caches and the stripe table
+        self._stripes = [threading.Lock() for _ in range(64)]  # one writer call per evstore id at a time
+        self._writers: _Lru[Writer] = _Lru()
+        self._snapshots: _Lru[dict[str, Any]] = _Lru()  # "<id>:<uid>:<seq>" -> state stored at that event
+
+    def __repr__(self) -> str:
+        return f"EvstoreSessionService({self.store!r}, prefix={self.prefix!r})"
+
+    # ---- ids ----------------------------------------------------------------------
+
+    def _checked(self, evstore_id: str, what: str) -> str:
+        if len(evstore_id) > _MAX_ID:
+            raise InvalidInputError(f"ADK {what} encodes to an evstore id of {len(evstore_id)} characters; at most {_MAX_ID} fit")
+        return evstore_id
+
+    def session_evstore_id(self, app_name: str, user_id: str, session_id: str) -> str:
+        """The evstore id holding one ADK session."""
+        parts = (encode_part(app_name), encode_part(user_id), encode_part(session_id))
+        return self._checked(f"{self.prefix}.s.{'.'.join(parts)}", "app name, user id and session id")
+
+    def app_state_evstore_id(self, app_name: str) -> str:
+        return self._checked(f"{self.prefix}.a.{encode_part(app_name)}", "app name")
+
+    def user_state_evstore_id(self, app_name: str, user_id: str) -> str:
+        return self._checked(f"{self.prefix}.u.{encode_part(app_name)}.{encode_part(user_id)}", "app name and user id")
+
+    def _parse_session_id(self, evstore_id: str) -> tuple[str, str, str] | None:
+        head = f"{self.prefix}.s."
+        if not evstore_id.startswith(head):
+            return None
+        parts = evstore_id[len(head) :].split(".")
+        if len(parts) != 3:
+            return None
+        app, user, sid = (decode_part(p) for p in parts)
+        if app is None or user is None or sid is None:
+            return None
+        return app, user, sid
+
+    # ---- writers and snapshots (sync; run in the pool) ------------------------------
+
+    def _stripe(self, evstore_id: str) -> threading.Lock:
+        return self._stripes[hash(evstore_id) % len(self._stripes)]
+
+    def _writer(self, evstore_id: str) -> Writer:
+        """A writer at the session's current head (cached; refreshed: 3 requests). Call under the id's stripe.
+
+        Raises ``SessionNotFoundError`` (never created, or deleted) or ``SessionExpiredError``.
+        """
+        with self._lock:
+            writer = self._writers.get(evstore_id)
+        if writer is not None:
+            try:
+                writer.refresh()
+                return writer
+            except StoreSessionNotFoundError:  # deleted, or deleted and created again: open what is there
+                self._forget(evstore_id)
+        writer = self.store.open(evstore_id)
+        with self._lock:
+            return self._writers.remember(evstore_id, writer)
+
+    def _forget(self, evstore_id: str) -> None:
+        with self._lock:
+            self._writers.pop(evstore_id, None)
+
+    def _chunks(self, evstore_id: str, head: int, first: int) -> Iterator[StoreEvent]:
+        """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``."""
+        end = head
+        size = max(1, first)
+        while end >= 1:
+            start = max(1, end - size + 1)
+            yield from reversed(list(self.store.replay(evstore_id, start=start, end=end)))
+            end = start - 1
+            size = min(size * 2, 1024)
+
+    def _snapshot(self, evstore_id: str, uid: str, seq: int) -> dict[str, Any]:
+        """The state stored at ``seq`` (the record there must carry one; {} for seq 0)."""
+        if seq == 0:
+            return {}
+        key = f"{evstore_id}:{uid}:{seq}"
+        with self._lock:
+            found = self._snapshots.get(key)
+        if found is None:
+            events = list(self.store.replay(evstore_id, start=seq, end=seq))
+            record = _record(events[0]) if events else None
+            state = record.get("state") if record is not None else None
+            if not isinstance(state, dict):
+                raise EvstoreError(f"session {evstore_id!r}: seq {seq} carries no ADK state snapshot")
+            found = self._remember_snapshot(key, state)
+        return copy.deepcopy(found)
+
+    def _remember_snapshot(self, key: str, state: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            return self._snapshots.remember(key, copy.deepcopy(state))
+
+    def _tail(self, evstore_id: str, writer: Writer, limit: int | None, after: float | None) -> _Tail:
+        """Events newest first while they are wanted, and the newest record's state pointer and time."""
+        tail = _Tail(writer.manifest.uid, writer.head)
+        collecting = limit != 0
+        first = (limit + 2) if limit is not None else 32
+        for stored in self._chunks(evstore_id, tail.head, first):
+            record = _record(stored)
+            if record is None:
+                continue
+            kind = record.get("kind")
+            if kind not in ("event", "session"):
+                continue
+            if not tail.found_newest:
+                tail.found_newest = True
+                tail.updated = float(record["time"]) if kind == "session" else None
+                if isinstance(record.get("state"), dict):
+                    tail.state_seq = stored.seq
+                    tail.state = record["state"]
+                    self._remember_snapshot(f"{evstore_id}:{tail.uid}:{stored.seq}", record["state"])
+                else:
+                    tail.state_seq = int(record.get("state_at", 0))
+            if kind == "session":
+                break
+            if collecting:
+                event = Event.model_validate(record["event"])
+                if tail.updated is None:
+                    tail.updated = event.timestamp
+                if after is not None and event.timestamp < after:
+                    collecting = False
+                else:
+                    tail.events.append(event)
+                    if limit is not None and len(tail.events) >= limit:
+                        collecting = False
+            elif tail.updated is None:
+                tail.updated = Event.model_validate(record["event"]).timestamp
+            if not collecting:
+                break
+        if tail.updated is None:  # created, but its creation record never written (a crash)
+            tail.updated = datetime.fromisoformat(writer.manifest.created.replace("Z", "+00:00")).timestamp()
+        return tail
+
+    def _scoped_state(self, evstore_id: str) -> tuple[Writer | None, int, dict[str, Any]]:
+        """(writer, head, the app or user state stored in ``evstore_id`` at that head); ({} when none yet)."""
+        with self._stripe(evstore_id):
+            try:
+                writer = self._writer(evstore_id)
+            except StoreSessionNotFoundError:
+                return None, 0, {}
+            uid, head = writer.manifest.uid, writer.head
+            for stored in self._chunks(evstore_id, head, 1):
+                record = _record(stored)
+                if record is not None and isinstance(record.get("state"), dict):
+                    return writer, head, self._snapshot(evstore_id, uid, stored.seq)
+            return writer, head, {}
+
+    def _update_scoped(self, evstore_id: str, kind: str, delta: dict[str, Any]) -> dict[str, Any]:
+        """Apply ``delta`` to the app or user state in ``evstore_id`` at its head; return the state after it."""
+        for _ in range(_SCOPED_ATTEMPTS):
+            writer, head, current = self._scoped_state(evstore_id)
+            with self._stripe(evstore_id):
+                if writer is None:
+                    try:
+                        writer = self.store.create(evstore_id, retention=self.retention)
+                    except SessionExistsError:
+                        continue  # created concurrently: read it again
+                    with self._lock:
+                        self._writers.remember(evstore_id, writer)
+                state = {**current, **delta}
+                message: Message = {
+                    "role": "system",
+                    "content": None,
+                    "meta": {META_KEY: {"v": RECORD_VERSION, "kind": kind, "delta": delta, "state": state}},
+                }
+                try:  # at the head ``current`` was read at: a change since then is a conflict
+                    seq = writer.append(message, expected_head=head)
+                except WriteConflictError:
+                    continue  # another writer changed it: apply the delta to what it wrote
+                self._remember_snapshot(f"{evstore_id}:{writer.manifest.uid}:{seq}", state)
+                return copy.deepcopy(state)
+        raise WriteConflictError(evstore_id, 0, f"{kind} kept changing under {_SCOPED_ATTEMPTS} attempts")
+
+    def _states(self, app_name: str, user_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        app = self._scoped_state(self.app_state_evstore_id(app_name))[2]
+        user = self._scoped_state(self.user_state_evstore_id(app_name, user_id))[2]
+        return app, user
+
+    def _session_from(self, app_name: str, user_id: str, session_id: str, evstore_id: str, tail: _Tail) -> Session:
+        own = tail.state if tail.state is not None else self._snapshot(evstore_id, tail.uid, tail.state_seq)
+        app, user = self._states(app_name, user_id)
+        session = Session(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(own, app, user),
+            events=list(reversed(tail.events)),
+            last_update_time=tail.updated or 0.0,
+        )
+        session._storage_update_marker = _marker(tail.uid, tail.head, tail.state_seq)
+        return session
+
+    # ---- sync cores ---------------------------------------------------------------------
+
+    def _create(self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str, now: float) -> Session:
+        evstore_id = self.session_evstore_id(app_name, user_id, session_id)
+        app_delta, user_delta, own = _split_state(state)
+        with self._stripe(evstore_id):
+            try:
+                writer = self.store.create(evstore_id, retention=self.retention)
+            except SessionExistsError:
+                raise AlreadyExistsError(evstore_id, f"Session with id {session_id} already exists.") from None
+            record = {
+                "v": RECORD_VERSION,
+                "kind": "session",
+                "app_name": app_name,
+                "user_id": user_id,
+                "session_id": session_id,
+                "time": now,
+                "state": own,
+            }
+            seq = writer.append({"role": "system", "content": None, "meta": {META_KEY: record}}, expected_head=0)
+            uid = writer.manifest.uid
+            self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", own)
+            with self._lock:
+                self._writers.remember(evstore_id, writer)
+        app_id, user_state_id = self.app_state_evstore_id(app_name), self.user_state_evstore_id(app_name, user_id)
+        app = self._update_scoped(app_id, "app_state", app_delta) if app_delta else self._scoped_state(app_id)[2]
+        user = (
+            self._update_scoped(user_state_id, "user_state", user_delta) if user_delta else self._scoped_state(user_state_id)[2]
+        )
+        session = Session(id=session_id, app_name=app_name, user_id=user_id, state=_merged(own, app, user), last_update_time=now)
+        session._storage_update_marker = _marker(uid, seq, seq)
+        return session
+
+    def _get(self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None) -> Session | None:
+        evstore_id = self.session_evstore_id(app_name, user_id, session_id)
+        limit = config.num_recent_events if config is not None else None
+        after = config.after_timestamp if config is not None else None
+        with self._stripe(evstore_id):
+            try:
+                writer = self._writer(evstore_id)
+            except (StoreSessionNotFoundError, SessionExpiredError):
+                return None
+            tail = self._tail(evstore_id, writer, limit, after)
+        return self._session_from(app_name, user_id, session_id, evstore_id, tail)
+
+    def _list(self, app_name: str, user_id: str | None) -> list[Session]:
+        prefix = f"{self.prefix}.s.{encode_part(app_name)}." + (f"{encode_part(user_id)}." if user_id is not None else "")
+        sessions: list[Session] = []
+        scoped: dict[str, dict[str, Any]] = {}
+        app = self._scoped_state(self.app_state_evstore_id(app_name))[2]
+        for evstore_id in list(self.store.list_sessions(prefix)):
+            names = self._parse_session_id(evstore_id)
+            if names is None or names[0] != app_name or (user_id is not None and names[1] != user_id):
+                continue
+            _, user, sid = names
+            with self._stripe(evstore_id):
+                try:
+                    writer = self._writer(evstore_id)
+                except (StoreSessionNotFoundError, SessionExpiredError):
+                    continue  # a deleted session's remnants
+                tail = self._tail(evstore_id, writer, 0, None)
+            own = tail.state if tail.state is not None else self._snapshot(evstore_id, tail.uid, tail.state_seq)
+            if user not in scoped:
+                scoped[user] = self._scoped_state(self.user_state_evstore_id(app_name, user))[2]
+            session = Session(
+                id=sid,
+                app_name=app_name,
+                user_id=user,
+                state=_merged(own, app, scoped[user]),
+                last_update_time=tail.updated or 0.0,
+            )
+            session._storage_update_marker = _marker(tail.uid, tail.head, tail.state_seq)
+            sessions.append(session)
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return sessions
+
+    def _delete(self, app_name: str, user_id: str, session_id: str) -> None:
+        evstore_id = self.session_evstore_id(app_name, user_id, session_id)
+        with self._stripe(evstore_id):
+            self._forget(evstore_id)
+            with contextlib.suppress(StoreSessionNotFoundError):  # never created, or deleted: a no-op, as ADK's
+                self.store.delete(evstore_id)
+
+    def _append(self, session: Session, event: Event) -> str:
+        """Store ``event`` for ``session`` at the revision its marker names; return the new marker."""
+        evstore_id = self.session_evstore_id(session.app_name, session.user_id, session.id)
+        app_delta, user_delta, own_delta = _split_state(event.actions.state_delta if event.actions else None)
+        dumped = _dump_event(event)
+        role = "user" if event.author == "user" else "assistant"
+        with self._stripe(evstore_id):
+            try:
+                writer = self._writer(evstore_id)
+            except (StoreSessionNotFoundError, SessionExpiredError):
+                raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+            uid, head = writer.manifest.uid, writer.head
+            marker = session._storage_update_marker
+            parsed = _parse_marker(marker) if marker is not None else None
+            if parsed is not None:
+                if parsed[0] != uid:  # an object of a session since deleted and created again
+                    raise StaleSessionError(evstore_id, head + 1)
+                if parsed[1] != head:
+                    raise StaleSessionError(evstore_id, parsed[1] + 1)
+                state_seq = parsed[2]
+            else:  # an object this service did not make: accept it if its last event is the stored head's
+                tail = self._tail(evstore_id, writer, 1, None)
+                stored_last = tail.events[0].id if tail.events else None
+                if stored_last != (session.events[-1].id if session.events else None):
+                    raise StaleSessionError(evstore_id, head + 1)
+                state_seq = tail.state_seq
+            record: dict[str, Any] = {"v": RECORD_VERSION, "kind": "event", "event": dumped}
+            new_state: dict[str, Any] | None = None
+            if own_delta:
+                new_state = {**self._snapshot(evstore_id, uid, state_seq), **own_delta}
+                record["state"] = new_state
+            else:
+                record["state_at"] = state_seq
+            message: Message = {"role": role, "content": _event_text(event), "meta": {META_KEY: record}}
+            try:
+                seq = writer.append(message, expected_head=head)
+            except WriteConflictError:
+                raise StaleSessionError(evstore_id, head + 1) from None
+            if new_state is not None:
+                state_seq = seq
+                self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", new_state)
+            rewound = event.actions.rewind_before_invocation_id if event.actions else None
+            if rewound:
+                self._retract(evstore_id, writer, rewound, seq)
+            new_marker = _marker(uid, writer.head, state_seq)
+        if app_delta:
+            self._update_scoped(self.app_state_evstore_id(session.app_name), "app_state", app_delta)
+        if user_delta:
+            self._update_scoped(self.user_state_evstore_id(session.app_name, session.user_id), "user_state", user_delta)
+        return new_marker
+
+    def _retract(self, evstore_id: str, writer: Writer, invocation_id: str, seq: int) -> None:
+        """Withdraw from evstore's context view every event from the invocation's first one to ``seq``."""
+        first = None
+        for stored in self.store.replay(evstore_id, start=1, end=seq - 1):
+            record = _record(stored)
+            if record is not None and record.get("kind") == "event" and record["event"].get("invocation_id") == invocation_id:
+                first = stored.seq
+                break
+        if first is None:
+            return
+        try:
+            writer.rewind(first - 1, expected_head=seq)
+        except WriteConflictError:  # another writer went on meanwhile: its events must stay in the context view
+            logger.warning(
+                "session %s: rewind of invocation %s left out of the context view (concurrent append)", evstore_id, invocation_id
+            )
+
+    def _user_state(self, app_name: str, user_id: str) -> dict[str, Any]:
+        return self._scoped_state(self.user_state_evstore_id(app_name, user_id))[2]
+
+    # ---- BaseSessionService ---------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self.async_store.run(fn, *args)
+
+    @override
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        session_id = session_id.strip() if session_id else ""
+        session_id = session_id or platform_uuid.new_uuid()
+        return await self._run(self._create, app_name, user_id, state, session_id, platform_time.get_time())
+
+    @override
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        session_id = session_id.strip() if session_id else session_id
+        return await self._run(self._get, app_name, user_id, session_id, config)
+
+    @override
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
+        return ListSessionsResponse(sessions=await self._run(self._list, app_name, user_id))
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        session_id = session_id.strip() if session_id else session_id
+        await self._run(self._delete, app_name, user_id, session_id)
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await self._run(self._user_state, app_name, user_id)
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store ``event`` and apply it to ``session`` (see the module docstring).
+
+        ``temp:`` keys reach the in-memory ``session.state`` only, and only once the
+        event is stored: a refused (stale) append leaves ``session`` as it was.
+        """
+        if event.partial:
+            return event
+        delta = event.actions.state_delta if event.actions else None
+        temp = {k: v for k, v in (delta or {}).items() if k.startswith(State.TEMP_PREFIX)}
+        event = self._trim_temp_delta_state(event)
+        marker = await self._run(self._append, session, event)
+        session.state.update(temp)
+        session.last_update_time = event.timestamp
+        session._storage_update_marker = marker
+        return self._commit_event_to_session(session, event)
