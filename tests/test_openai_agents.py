@@ -217,3 +217,46 @@ def test_the_adapter_module_does_not_import_the_sdk() -> None:
     code = "import sys, evstore.integrations.openai_agents; sys.exit(1 if 'agents' in sys.modules else 0)"
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60, check=False)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_session_settings_default_to_the_sdks_defaults(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    assert session.session_settings == SessionSettings()
+    run(session.add_items(ITEMS))
+    assert run(session.get_items()) == ITEMS
+
+
+def test_a_dict_of_session_settings_is_coerced_and_validated(store: Store) -> None:
+    session = EvstoreSession("s", store, session_settings={"limit": 2})
+    assert isinstance(session.session_settings, SessionSettings) and session.session_settings.limit == 2
+    run(session.add_items(ITEMS))
+    assert run(session.get_items()) == ITEMS[-2:]
+    with pytest.raises(TypeError):
+        EvstoreSession("s", store, session_settings={"limitt": 2})
+
+
+def test_cancelling_add_items_waits_for_the_write_then_reports_it() -> None:
+    from evstore import AsyncStore
+
+    from .test_async import BlockingPuts, spin, wait_for_thread_event
+
+    blocking = BlockingPuts(MemoryStore())
+    store = Store(blocking, root="root")
+    store.create("s")
+
+    async def main() -> None:
+        session = EvstoreSession("s", AsyncStore(store), create=False)
+        task = asyncio.create_task(session.add_items(ITEMS[:2]))
+        await wait_for_thread_event(blocking.entered)
+        task.cancel()
+        await spin()
+        assert not task.done()  # the PUT is held: the cancellation waits for it
+        assert list(store.replay("s")) == []
+        blocking.release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert session.last_outcome is not None and session.last_outcome.value == 1
+        assert [len(e.messages) for e in store.replay("s")] == [2]
+        assert await session.get_items() == ITEMS[:2]
+
+    run(main())

@@ -264,3 +264,28 @@ def test_bytes_in_messages_round_trip() -> None:
     repository.create_message("chat", "main", SessionMessage({"role": "user", "content": [image]}, 0))
     (listed,) = EvstoreSessionRepository(store).list_messages("chat", "main")
     assert listed.message["content"][0]["image"]["source"]["bytes"] == b"\x89PNG\x00\xff"
+
+
+def test_creating_an_existing_session_raises_strands_session_exception() -> None:
+    from evstore import SessionExistsError
+
+    repository = EvstoreSessionRepository(Store(MemoryStore()))
+    repository.create_session(Session("chat", SessionType.AGENT))
+    with pytest.raises(SessionException, match="already exists") as caught:
+        repository.create_session(Session("chat", SessionType.AGENT))
+    assert isinstance(caught.value.__cause__, SessionExistsError)
+
+
+def test_deleting_a_missing_session_raises_strands_session_exception() -> None:
+    from evstore import SessionNotFoundError
+
+    store = Store(MemoryStore())
+    repository = EvstoreSessionRepository(store)
+    with pytest.raises(SessionException, match="does not exist") as caught:
+        repository.delete_session("never")
+    assert isinstance(caught.value.__cause__, SessionNotFoundError)
+    repository.create_session(Session("chat", SessionType.AGENT))
+    repository.delete_session("chat")
+    assert repository.read_session("chat") is None
+    with pytest.raises(SessionException):
+        repository.delete_session("chat")  # deleted already

@@ -35,16 +35,25 @@ tool messages ``function_call_output`` items, evstore fields are dropped.
 Writes are conditional: a writer appends at the head it knows, so a second
 process appending to the same session meanwhile makes the next write fail
 with ``WriteConflictError`` instead of interleaving turns silently. Blocking
-store calls run in a worker thread (``asyncio.to_thread``), one at a time.
+store calls run in the thread pool of an ``evstore.AsyncStore`` (pass one to
+share its pool; a ``Store`` gets a one-thread pool of its own), one at a time
+per ``EvstoreSession``. Cancelling ``add_items``, ``pop_item`` or
+``clear_session`` waits for the write's outcome before ``CancelledError``
+(as the SDK's SQLite session does); ``last_outcome`` then tells it (the seq
+written, or the error).
+
+``session_settings`` defaults to ``SessionSettings()``; a dict is coerced and
+validated as the SDK does (an unknown field raises ``TypeError``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._async import AsyncStore, Outcome
 from .._codec import ROLES, Message, Retention
 from .._store import Session, Store
 
@@ -124,41 +133,78 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     return items
 
 
+def _coerce_settings(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings:
+    """``SessionSettings()`` for None; a dict coerced and validated as the SDK's own sessions do."""
+    from agents.memory import SessionSettings  # the caller uses the SDK: it is imported already
+
+    if value is None:
+        return SessionSettings()
+    if isinstance(value, SessionSettings):
+        return value
+    try:  # the SDK's own coercion (recent versions): unknown fields raise TypeError
+        from agents.memory.session_settings import coerce_session_settings
+    except ImportError:  # older SDKs: the dataclass constructor rejects unknown fields with TypeError
+        if not isinstance(value, Mapping):
+            raise TypeError(f"session_settings must be SessionSettings or a dict, not {type(value).__name__}") from None
+        return SessionSettings(**dict(value))
+    return coerce_session_settings(value)  # type: ignore[arg-type]  # it validates the type itself
+
+
 class EvstoreSession:
     """An OpenAI Agents SDK ``Session`` stored in evstore session ``session_id``.
 
+    ``store``: a ``Store``, or an ``AsyncStore`` whose pool runs the blocking calls.
     ``create``: create the evstore session on first use when it does not exist
     (else ``SessionNotFoundError``); ``retention`` applies to a created session.
-    ``session_settings``: the SDK's ``SessionSettings`` (its ``limit`` caps
-    ``get_items``). The store is opened lazily, in a worker thread, on the first call.
+    ``session_settings``: the SDK's ``SessionSettings`` or a dict of its fields
+    (default ``SessionSettings()``; its ``limit`` caps ``get_items``). The
+    session is opened lazily, in the pool, on the first call.
     """
 
     def __init__(
         self,
         session_id: str,
-        store: Store,
+        store: Store | AsyncStore,
         *,
         create: bool = True,
         retention: Retention = "permanent",
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.session_settings = session_settings
-        self.store = store
+        self.session_settings: SessionSettings = _coerce_settings(session_settings)
+        self.astore = store if isinstance(store, AsyncStore) else AsyncStore(store, max_workers=1)
+        self.store = self.astore.store
         self.create = create
         self.retention: Retention = retention
+        #: How the last write (add_items, pop_item, clear_session) settled, cancelled or not.
+        self.last_outcome: Outcome[Any] | None = None
         self._writer: Session | None = None
         self._lock = threading.Lock()  # a writer is not thread-safe: one store call at a time
 
     def __repr__(self) -> str:
         return f"EvstoreSession({self.session_id!r}, {self.store!r})"
 
-    async def _run(self, work: Callable[[], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                return work()
+    def _locked(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            return work()
 
-        return await asyncio.to_thread(locked)
+    async def _run(self, work: Callable[[], T]) -> T:
+        return await self.astore.run(self._locked, work)
+
+    async def _write(self, work: Callable[[], T]) -> T:
+        """A write: cancel-safe (``AsyncStore.run`` waits for it), its outcome kept in ``last_outcome``."""
+        try:
+            value = await self._run(work)
+        except asyncio.CancelledError as cancelled:
+            found = AsyncStore.outcome(cancelled)
+            if found is not None and found.started:
+                self.last_outcome = found
+            raise
+        except Exception as error:
+            self.last_outcome = Outcome(None, error)
+            raise
+        self.last_outcome = Outcome(value, None)
+        return value
 
     def _open(self) -> Session:
         if self._writer is None:
@@ -180,11 +226,11 @@ class EvstoreSession:
         return items[-limit:] if limit > 0 else []
 
     async def add_items(self, items: list[dict[str, Any]]) -> None:
-        """Append the items as one event (atomic; one PUT at steady state)."""
+        """Append the items as one event (atomic; one PUT at steady state). Cancel-safe."""
         if not items:
             return
         messages = [item_to_message(item) for item in items]
-        await self._run(lambda: self._open().append(messages))
+        await self._write(lambda: self._open().append(messages))
 
     async def pop_item(self) -> dict[str, Any] | None:
         """Withdraw the newest item (a retraction; the audit view keeps it) and return it, or None.
@@ -196,7 +242,7 @@ class EvstoreSession:
         def pop() -> Message | None:
             return self._open().pop()
 
-        message = await self._run(pop)
+        message = await self._write(pop)
         if message is None:
             return None
         items = message_to_items(message)
@@ -204,4 +250,4 @@ class EvstoreSession:
 
     async def clear_session(self) -> None:
         """Withdraw every item (one retraction event; the audit view keeps them)."""
-        await self._run(lambda: self._open().clear())
+        await self._write(lambda: self._open().clear())

@@ -56,7 +56,7 @@ from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage
 
 from .._codec import ROLES, Message, MessagesBody, Retention, RewindBody
-from .._errors import SessionNotFoundError, WriteConflictError
+from .._errors import SessionExistsError, SessionNotFoundError, WriteConflictError
 from .._store import Session as Writer
 from .._store import Store
 from .._views import ContextFolder, Position
@@ -213,9 +213,13 @@ class EvstoreSessionRepository(SessionRepository):
     # ---- sessions -----------------------------------------------------------
 
     def create_session(self, session: Session, **kwargs: Any) -> Session:
-        """Create the evstore session and write the session record (``WriteConflictError`` if it exists)."""
+        """Create the evstore session and write the session record; ``SessionException`` (as
+        Strands' own repositories) when it exists, the ``SessionExistsError`` as its cause."""
         with self._lock:
-            writer = self.store.create(self.evstore_id(session.session_id), retention=self.retention)
+            try:
+                writer = self.store.create(self.evstore_id(session.session_id), retention=self.retention)
+            except SessionExistsError as exists:
+                raise SessionException(f"session {session.session_id!r} already exists") from exists
             log = _Log(writer)
             self._logs[writer.id] = log
             self._append(log, [_record("session", session.to_dict())])
@@ -231,10 +235,14 @@ class EvstoreSessionRepository(SessionRepository):
             return Session.from_dict({**found[1], "session_id": session_id})
 
     def delete_session(self, session_id: str, **kwargs: Any) -> None:
-        """Delete the evstore session (its forks keep what they need)."""
+        """Delete the evstore session (its forks keep what they need); ``SessionException``
+        (as Strands' own repositories) when it does not exist."""
         with self._lock:
-            self.store.delete(self.evstore_id(session_id))
             self._logs.pop(self.evstore_id(session_id), None)
+            try:
+                self.store.delete(self.evstore_id(session_id))
+            except SessionNotFoundError as missing:
+                raise SessionException(f"session {session_id!r} does not exist") from missing
 
     # ---- agents -------------------------------------------------------------
 
