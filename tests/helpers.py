@@ -49,9 +49,9 @@ class CountingStore(ObjectStore):
         self._note("PUT", key)
         return self.inner.replace(key, data, etag=etag, metadata=metadata, tags=tags)
 
-    def get(self, key: str) -> StoredObject:
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
         self._note("GET", key)
-        return self.inner.get(key)
+        return self.inner.get(key, max_bytes=max_bytes)
 
     def head(self, key: str) -> ObjectInfo:
         self._note("HEAD", key)

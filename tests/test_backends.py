@@ -3,10 +3,13 @@ moto in process and moto's HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import pytest
 
-from evstore import ObjectStore
-from evstore._backends import ObjectExists, ObjectMissing, PreconditionFailed
+from evstore import IntegrityError, ObjectStore
+from evstore._backends import ObjectExists, ObjectMissing, ObjectRefused, PreconditionFailed
 
 
 def test_create_stores_bytes_and_metadata(backend: ObjectStore) -> None:
@@ -106,3 +109,84 @@ def test_lifecycle_configuration_round_trips(backend: ObjectStore) -> None:
     backend.put_lifecycle([rule])
     (got,) = backend.get_lifecycle()
     assert got["ID"] == "r1" and got["Expiration"] == {"Days": 3}
+
+
+# ---- bounded reads: get(max_bytes=N) refuses a larger object before reading its body ----------
+
+
+def test_get_within_max_bytes_returns_the_object(backend: ObjectStore) -> None:
+    backend.create("root/sessions/s/00000000000000000001", b"x" * 100)
+    assert backend.get("root/sessions/s/00000000000000000001", max_bytes=100).data == b"x" * 100
+    assert backend.get("root/sessions/s/00000000000000000001", max_bytes=10**9).data == b"x" * 100
+
+
+def test_get_over_max_bytes_is_refused_as_an_integrity_error(backend: ObjectStore) -> None:
+    key = "root/sessions/s/00000000000000000001"
+    backend.create(key, b"x" * 101)
+    with pytest.raises(ObjectRefused) as refused:
+        backend.get(key, max_bytes=100)
+    assert isinstance(refused.value, IntegrityError)  # exit 5
+    assert (refused.value.key, refused.value.size, refused.value.limit) == (key, 101, 100)
+    assert refused.value.session_id == "s"
+    message = str(refused.value)
+    assert key in message and "101 bytes" in message and "100 bytes" in message
+    with pytest.raises(ObjectRefused):
+        backend.get(key, max_bytes=0)
+    assert backend.get(key).data == b"x" * 101  # no limit: read as before
+
+
+def test_get_of_an_empty_object_with_a_limit(backend: ObjectStore) -> None:
+    backend.create("e", b"")
+    assert backend.get("e", max_bytes=0).data == b""
+
+
+def test_refused_objects_exit_with_the_integrity_code() -> None:
+    from cli._common import exit_code_for
+
+    assert exit_code_for(ObjectRefused("root/sessions/s/manifest", "too large")) == 5
+
+
+class _SpyBody:
+    """A response body that records how much of it was read, and whether it was closed."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.bytes_read = 0
+        self.closed = False
+
+    def read(self, amount: int | None = None) -> bytes:
+        data: bytes = self.inner.read(amount)
+        self.bytes_read += len(data)
+        return data
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+@pytest.mark.parametrize("kind", ["moto", "moto_server"])
+def test_s3_refuses_by_content_length_without_reading_the_body(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto import mock_aws
+
+    from .conftest import new_bucket
+
+    with mock_aws() if kind == "moto" else contextlib.nullcontext():
+        backend = new_bucket(None if kind == "moto" else request.getfixturevalue("moto_endpoint"))
+        backend.create("big", b"y" * (1 << 20))
+        real = backend.client.get_object
+        bodies: list[_SpyBody] = []
+
+        def spying(**kwargs: Any) -> Any:
+            response = real(**kwargs)
+            response["Body"] = _SpyBody(response["Body"])
+            bodies.append(response["Body"])
+            return response
+
+        monkeypatch.setattr(backend.client, "get_object", spying)
+        with pytest.raises(ObjectRefused, match="1048576 bytes"):
+            backend.get("big", max_bytes=1000)
+        assert [(b.bytes_read, b.closed) for b in bodies] == [(0, True)]
+        assert len(backend.get("big", max_bytes=1 << 20).data) == 1 << 20
+        assert bodies[-1].bytes_read == 1 << 20

@@ -7,6 +7,9 @@ Contracts every backend keeps (the conformance suite checks them):
 * ``replace`` stores the object only if the current ETag equals ``etag``
   (``If-Match``); otherwise raises ``PreconditionFailed``.
 * ``get``/``head`` raise ``ObjectMissing`` for an absent key.
+* ``get(key, max_bytes=N)`` refuses an object larger than ``N`` bytes with
+  ``ObjectRefused`` (an ``IntegrityError``, exit 5) before reading its body:
+  a reader's memory stays bounded whatever the bucket holds.
 * ``list_page`` returns keys under ``prefix`` in lexical order, strictly after
   ``start_after``; with a ``delimiter`` it groups keys into common prefixes.
 * ``delete_many`` deletes up to any number of keys (batches of 1,000);
@@ -24,6 +27,8 @@ from typing import Any
 
 import msgspec
 
+from .._errors import EvstoreError, IntegrityError
+
 
 class ObjectExists(Exception):
     """``create`` found the key already taken."""
@@ -35,6 +40,26 @@ class PreconditionFailed(Exception):
 
 class ObjectMissing(Exception):
     """No object at the key."""
+
+
+class ObjectRefused(IntegrityError):
+    """A backend refused to read an object: larger than the reader's ``max_bytes``, not a
+    regular file, or (local store) reached through a symlink. Names the key, never content."""
+
+    def __init__(self, key: str, detail: str, *, size: int | None = None, limit: int | None = None) -> None:
+        EvstoreError.__init__(self, f"integrity failure at object {key!r:.300}: {detail}")
+        parts = key.split("/")
+        # the session the key belongs to, when it is one (``.../sessions/<id>/...``)
+        where = parts.index("sessions") if "sessions" in parts else -1
+        self.session_id = parts[where + 1] if 0 <= where < len(parts) - 2 else ""
+        self.seq: int | None = None
+        self.key = key
+        self.size = size
+        self.limit = limit
+
+
+def too_large(key: str, size: int, limit: int) -> ObjectRefused:
+    return ObjectRefused(key, f"the object is {size} bytes, over the read limit of {limit} bytes", size=size, limit=limit)
 
 
 class ObjectInfo(msgspec.Struct, frozen=True):
@@ -99,7 +124,9 @@ class ObjectStore(ABC):
         """Replace ``key`` if its ETag is ``etag`` and return the new ETag."""
 
     @abstractmethod
-    def get(self, key: str) -> StoredObject: ...
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        """The object at ``key``. With ``max_bytes``, an object larger than that is refused with
+        ``ObjectRefused`` before its body is read (memory stays within ``max_bytes``)."""
 
     @abstractmethod
     def head(self, key: str) -> ObjectInfo: ...

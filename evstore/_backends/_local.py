@@ -1,21 +1,40 @@
 """A local directory as an object store: ``file:///path``, and the default store.
 
 Objects live at ``<dir>/objects/<key>``; their metadata and tags in a sidecar
-at ``<dir>/meta/<key>``. ``create`` writes a temporary file, fsyncs it and
-links it into place, so an object appears whole or not at all and never
-replaces another (``link`` fails if the name exists). ``replace`` and deletes
-take an exclusive lock on ``<dir>/lock``. A key may not be both an object and
-the prefix of another key (``a`` and ``a/b``); evstore's layout never does that.
+at ``<dir>/meta/<key>``. ``create`` writes a temporary file in ``<dir>/tmp``,
+fsyncs it and links it into place, so an object appears whole or not at all
+and never replaces another (``link`` fails if the name exists). ``replace``
+and deletes take an exclusive lock on ``<dir>/lock``; ``create`` takes it
+shared, so a delete that prunes empty directories never races a create into
+a directory it removes. A key may not be both an object and the prefix of
+another key (``a`` and ``a/b``); evstore's layout never does that.
+
+Containment (nothing is read, written, listed or deleted outside ``<dir>``):
+
+* Every path below ``<dir>`` is walked one component at a time from a
+  directory descriptor, each opened with ``O_NOFOLLOW``: a symlink anywhere
+  under the root (a session directory replaced by a link, say) makes the
+  operation fail with ``ObjectRefused`` (exit 5); it is never followed.
+* Only regular files are read: an object that is a symlink, FIFO, device or
+  socket is refused at once (opened ``O_NONBLOCK``, so a FIFO cannot hang),
+  and ``get(max_bytes=N)`` refuses a larger file by its size before reading.
+* Listings never descend into symlinked directories; a symlink (or other
+  non-directory) under the root is listed as an object with its own
+  ``lstat`` size, and deleting it removes the link, not its target.
+* ``<dir>`` itself is trusted as given (it may be reached through symlinks).
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
 import fcntl
+import hashlib
 import os
-import tempfile
+import secrets
+import stat
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,11 +48,19 @@ from ._base import (
     ObjectExists,
     ObjectInfo,
     ObjectMissing,
+    ObjectRefused,
     ObjectStore,
     PreconditionFailed,
     StoredObject,
+    too_large,
 )
 from ._memory import etag_of, page_of
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: Sidecars and the lifecycle file are small; a larger one is treated as damaged.
+_SMALL_FILE_BYTES = 1 << 20
+_CHUNK = 1 << 20
 
 
 class _Sidecar(msgspec.Struct):
@@ -41,11 +68,15 @@ class _Sidecar(msgspec.Struct):
     tags: dict[str, str] = {}
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
+class _NotADirectory(Exception):
+    """A path component below the root exists but is not a directory (``symlink`` says if it is a link)."""
+
+    def __init__(self, symlink: bool) -> None:
+        self.symlink = symlink
+
+
+def _close(fd: int) -> None:
+    with suppress(OSError):
         os.close(fd)
 
 
@@ -53,64 +84,152 @@ class LocalStore(ObjectStore):
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.base = Path(directory)
         self.location = f"file://{self.base}"
-        self._objects = self.base / "objects"
-        self._meta = self.base / "meta"
-        self._tmp = self.base / "tmp"
         try:
-            for path in (self._objects, self._meta, self._tmp):
-                path.mkdir(parents=True, exist_ok=True)
+            self.base.mkdir(parents=True, exist_ok=True)
+            for name in ("objects", "meta", "tmp"):
+                fd = self._open_dirs([name], create=True)
+                _close(fd)
+        except _NotADirectory:
+            raise StoreUnavailableError(
+                f"cannot use directory {str(self.base)!r}: objects, meta and tmp must be directories, not links"
+            ) from None
         except OSError as exc:
             raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
 
-    def _path(self, root: Path, key: str) -> Path:
+    # ---- paths ---------------------------------------------------------------------------
+
+    def _parts(self, key: str) -> list[str]:
         parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts):
+        if not key or any(p in ("", ".", "..") for p in parts) or "\x00" in key:
             raise InvalidInputError(f"key {key!r:.100} cannot be stored in a directory")
-        return root.joinpath(*parts)
+        return parts
+
+    def _open_dirs(self, names: list[str], *, create: bool = False) -> int:
+        """A descriptor of ``<dir>/<names...>``, walked with ``O_NOFOLLOW`` one component at a time
+        (created when ``create``). Raises ``_NotADirectory`` for a link or file in the way, and
+        ``FileNotFoundError`` for a missing component."""
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in names:
+                if create:
+                    with suppress(FileExistsError):
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        raise _NotADirectory(stat.S_ISLNK(info.st_mode)) from None
+                    raise
+                os.close(fd)
+                fd = child
+        except BaseException:
+            _close(fd)
+            raise
+        return fd
+
+    def _refused_path(self, key: str) -> ObjectRefused:
+        return ObjectRefused(key, "its path in the local store passes through a symlink: refused, never followed")
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.base / "lock", "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    def _parent(self, root: str, key: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+        """(descriptor of the key's directory, the key's last component). A missing directory
+        raises ``ObjectMissing``; a symlink on the way ``ObjectRefused``; a file on the way
+        ``ObjectMissing`` (or, when creating, ``ObjectRefused``)."""
+        parts = self._parts(key)
+        try:
+            fd = self._open_dirs([root, *parts[:-1]], create=create)
+        except _NotADirectory as exc:
+            if exc.symlink:
+                raise self._refused_path(key) from None
+            if create:
+                raise ObjectRefused(key, "a file stands where a directory must be") from None
+            raise ObjectMissing(key) from None
+        except FileNotFoundError:
+            raise ObjectMissing(key) from None
+        except OSError as exc:
+            raise self._unavailable(key, exc) from None
+        try:
+            yield fd, parts[-1]
+        finally:
+            _close(fd)
 
-    def _write_temp(self, data: bytes) -> Path:
-        fd, name = tempfile.mkstemp(dir=self._tmp)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return Path(name)
+    def _unavailable(self, key: str, exc: OSError) -> StoreUnavailableError:
+        return StoreUnavailableError(f"local store {str(self.base)!r}: {key!r:.200}: {exc.strerror or type(exc).__name__}")
+
+    @contextmanager
+    def _locked(self, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+        """``flock`` on ``<dir>/lock`` (opened ``O_NOFOLLOW``: a planted link is refused)."""
+        try:
+            base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                fd = os.open("lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=base)
+            finally:
+                os.close(base)
+        except OSError as exc:
+            raise self._unavailable("lock", exc) from None
+        try:
+            fcntl.flock(fd, mode)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # ---- writing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _temp(self, data: bytes) -> Iterator[tuple[int, str]]:
+        """A fsynced temporary file in ``<dir>/tmp`` holding ``data``: (tmp directory descriptor,
+        name). It is removed on the way out, whatever happens (a copy linked elsewhere stays)."""
+        try:
+            tmp_fd = self._open_dirs(["tmp"], create=True)
+        except _NotADirectory:
+            raise ObjectRefused("tmp", "the local store's tmp directory is a link or a file") from None
+        except OSError as exc:
+            raise self._unavailable("tmp", exc) from None
+        name = f"t-{secrets.token_hex(12)}"
+        created = False
+        try:
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=tmp_fd)
+                created = True
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise self._unavailable("tmp", exc) from None
+            yield tmp_fd, name
+        finally:
+            if created:
+                with suppress(OSError):
+                    os.unlink(name, dir_fd=tmp_fd)
+            _close(tmp_fd)
 
     def _write_sidecar(self, key: str, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None) -> None:
-        path = self._path(self._meta, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._write_temp(msgspec.json.encode(_Sidecar(dict(metadata or {}), dict(tags or {}))))
-        os.replace(tmp, path)
-
-    def _read_sidecar(self, key: str) -> _Sidecar:
-        try:
-            return msgspec.json.decode(self._path(self._meta, key).read_bytes(), type=_Sidecar)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            return _Sidecar()
+        data = msgspec.json.encode(_Sidecar(dict(metadata or {}), dict(tags or {})))
+        with self._parent("meta", key, create=True) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+            try:
+                os.replace(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
+            except OSError as exc:
+                raise self._unavailable(key, exc) from None
 
     def create(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
     ) -> str:
-        path = self._path(self._objects, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._write_temp(data)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise ObjectExists(key) from None
-        finally:
-            tmp.unlink()
-        _fsync_dir(path.parent)
-        self._write_sidecar(key, metadata, tags)
+        self._parts(key)
+        with self._locked(fcntl.LOCK_SH):
+            with self._parent("objects", key, create=True) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+                try:
+                    os.link(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                    os.fsync(dir_fd)
+                except FileExistsError:
+                    raise ObjectExists(key) from None
+                except OSError as exc:
+                    raise self._unavailable(key, exc) from None
+            self._write_sidecar(key, metadata, tags)
         return etag_of(data)
 
     def replace(
@@ -122,99 +241,239 @@ class LocalStore(ObjectStore):
         metadata: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> str:
-        path = self._path(self._objects, key)
         with self._locked():
             try:
-                current = path.read_bytes()
-            except FileNotFoundError:
+                current = self._read(key, None)[0]
+            except ObjectMissing:
                 raise PreconditionFailed(key) from None
             if etag_of(current) != etag:
                 raise PreconditionFailed(key)
             self._write_sidecar(key, metadata, tags)
-            os.replace(self._write_temp(data), path)
-            _fsync_dir(path.parent)
+            with self._parent("objects", key) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+                try:
+                    os.replace(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
+                    os.fsync(dir_fd)
+                except OSError as exc:
+                    raise self._unavailable(key, exc) from None
         return etag_of(data)
 
-    def get(self, key: str) -> StoredObject:
-        path = self._path(self._objects, key)
+    # ---- reading -------------------------------------------------------------------------
+
+    @contextmanager
+    def _open_regular(self, root: str, key: str) -> Iterator[tuple[int, os.stat_result]]:
+        """An open descriptor of the regular file at ``key`` and its ``fstat``. A directory or a
+        missing name is ``ObjectMissing``; a symlink, FIFO, device or socket ``ObjectRefused``."""
+        with self._parent(root, key) as (dir_fd, name):
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+            except FileNotFoundError:
+                raise ObjectMissing(key) from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise ObjectRefused(key, "the object is a symlink: refused, never followed") from None
+                if exc.errno in (errno.ENXIO, errno.EISDIR):  # a FIFO or socket without a peer; a directory
+                    raise ObjectRefused(key, "the object is not a regular file") from None
+                raise self._unavailable(key, exc) from None
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISDIR(info.st_mode):
+                    raise ObjectMissing(key)  # a prefix of other keys, not an object
+                if not stat.S_ISREG(info.st_mode):
+                    raise ObjectRefused(key, "the object is not a regular file")
+                yield fd, info
+            finally:
+                os.close(fd)
+
+    def _read(self, key: str, max_bytes: int | None, root: str = "objects") -> tuple[bytes, os.stat_result]:
+        with self._open_regular(root, key) as (fd, info):
+            if max_bytes is not None and info.st_size > max_bytes:
+                raise too_large(key, info.st_size, max_bytes)
+            chunks: list[bytes] = []
+            total = 0
+            try:
+                while True:
+                    chunk = os.read(fd, _CHUNK)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    total += len(chunk)
+                    if max_bytes is not None and total > max_bytes:  # grew while being read
+                        raise too_large(key, total, max_bytes)
+            except OSError as exc:
+                raise self._unavailable(key, exc) from None
+            return b"".join(chunks), info
+
+    def _read_sidecar(self, key: str) -> _Sidecar:
         try:
-            data = path.read_bytes()
-            modified = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise ObjectMissing(key) from None
+            data = self._read(key, _SMALL_FILE_BYTES, root="meta")[0]
+            return msgspec.json.decode(data, type=_Sidecar)
+        except (ObjectMissing, ObjectRefused, StoreUnavailableError, msgspec.DecodeError, msgspec.ValidationError):
+            return _Sidecar()
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        data, info = self._read(key, max_bytes)
+        modified = datetime.fromtimestamp(info.st_mtime, UTC)
         return StoredObject(key, data, etag_of(data), modified, self._read_sidecar(key).metadata)
 
     def head(self, key: str) -> ObjectInfo:
-        stored = self.get(key)
-        return ObjectInfo(key, len(stored.data), stored.etag, stored.last_modified, stored.metadata)
+        """Size, ETag (the MD5 of the content, hashed in chunks: memory stays small) and metadata."""
+        with self._open_regular("objects", key) as (fd, info):
+            digest = hashlib.md5(usedforsecurity=False)
+            size = 0
+            try:
+                while chunk := os.read(fd, _CHUNK):
+                    digest.update(chunk)
+                    size += len(chunk)
+            except OSError as exc:
+                raise self._unavailable(key, exc) from None
+        modified = datetime.fromtimestamp(info.st_mtime, UTC)
+        return ObjectInfo(key, size, f'"{digest.hexdigest()}"', modified, self._read_sidecar(key).metadata)
+
+    # ---- listing -------------------------------------------------------------------------
+
+    def _walk(self, fd: int, rel: str, keys: list[str]) -> None:
+        """Every non-directory below ``fd`` as a key; never enters a symlinked directory."""
+        with os.scandir(fd) as entries:
+            listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for name, is_dir in listed:
+            key = f"{rel}/{name}" if rel else name
+            if not is_dir:
+                keys.append(key)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # removed, or replaced by a link, since it was listed
+            try:
+                self._walk(child, key, keys)
+            finally:
+                os.close(child)
 
     def _keys_under(self, prefix: str, delimiter: str) -> list[str]:
         directory, _, _ = prefix.rpartition("/")
-        start = self._objects.joinpath(*directory.split("/")) if directory else self._objects
+        names = directory.split("/") if directory else []
+        if any(p in ("", ".", "..") for p in names):
+            return []  # no key has such a component
+        try:
+            fd = self._open_dirs(["objects", *names])
+        except _NotADirectory as exc:
+            if exc.symlink:
+                raise self._refused_path(prefix) from None
+            return []
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._unavailable(prefix, exc) from None
         keys: list[str] = []
-        if delimiter == "/":
-            try:
-                entries = list(os.scandir(start))
-            except (FileNotFoundError, NotADirectoryError):
-                return []
-            for entry in entries:
-                name = f"{directory}/{entry.name}" if directory else entry.name
-                keys.append(name + "/" if entry.is_dir() else name)
-            return sorted(keys)
-        for dirpath, _, filenames in os.walk(start):
-            rel = os.path.relpath(dirpath, self._objects).replace(os.sep, "/")
-            for filename in filenames:
-                keys.append(filename if rel == "." else f"{rel}/{filename}")
+        try:
+            if delimiter == "/":
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        name = f"{directory}/{entry.name}" if directory else entry.name
+                        keys.append(name + "/" if entry.is_dir(follow_symlinks=False) else name)
+            else:
+                self._walk(fd, directory, keys)
+        except OSError as exc:
+            raise self._unavailable(prefix, exc) from None
+        finally:
+            os.close(fd)
         return sorted(keys)
 
     def _info(self, key: str) -> ObjectInfo:
-        path = self._path(self._objects, key)
+        """What a LIST shows: the entry's own ``lstat`` (a link's, not its target's); "" ETag."""
         try:
-            stat = path.stat()
-        except FileNotFoundError:
+            with self._parent("objects", key) as (dir_fd, name):
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (ObjectMissing, ObjectRefused, StoreUnavailableError, OSError):
             return ObjectInfo(key, 0, "", datetime.fromtimestamp(0, UTC))
-        return ObjectInfo(key, stat.st_size, "", datetime.fromtimestamp(stat.st_mtime, UTC))
+        return ObjectInfo(key, info.st_size, "", datetime.fromtimestamp(info.st_mtime, UTC))
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
         # with delimiter "/", directories come back as "name/" and fold into prefixes
         keys = self._keys_under(prefix, delimiter)
         return page_of(keys, self._info, prefix, start_after, max_keys, delimiter)
 
+    # ---- deleting ------------------------------------------------------------------------
+
     def delete_many(self, keys: Iterable[str]) -> int:
+        """Unlink each key's object and sidecar (a link itself, never its target) and prune the
+        directories left empty. A key whose path passes through a symlink is refused."""
         count = 0
         with self._locked():
             for key in keys:
                 count += 1
-                for root in (self._objects, self._meta):
-                    path = self._path(root, key)
+                parts = self._parts(key)
+                for root in ("objects", "meta"):
                     try:
-                        path.unlink()
-                    except FileNotFoundError:
+                        with self._parent(root, key) as (dir_fd, name):
+                            os.unlink(name, dir_fd=dir_fd)
+                    except (ObjectMissing, FileNotFoundError, IsADirectoryError):
                         continue
-                    self._prune(path.parent, root)
+                    except OSError as exc:
+                        raise self._unavailable(key, exc) from None
+                    self._prune(root, parts[:-1])
         return (count + 999) // 1000
 
-    def _prune(self, directory: Path, root: Path) -> None:
-        while directory != root:
+    def _prune(self, root: str, names: list[str]) -> None:
+        """Remove the now-empty directories ``names`` (deepest first) below ``root``; ``rmdir``
+        never follows a link, and a non-empty directory stops the walk."""
+        while names:
             try:
-                directory.rmdir()
+                parent = self._open_dirs([root, *names[:-1]])
+            except (_NotADirectory, OSError):
+                return
+            try:
+                os.rmdir(names[-1], dir_fd=parent)
             except OSError:
                 return
-            directory = directory.parent
+            finally:
+                os.close(parent)
+            names = names[:-1]
+
+    # ---- tags, lifecycle, uploads --------------------------------------------------------
 
     def get_tags(self, key: str) -> dict[str, str]:
-        self.head(key)
+        with self._open_regular("objects", key):
+            pass
         return dict(self._read_sidecar(key).tags)
 
     def get_lifecycle(self) -> list[LifecycleRule]:
         try:
-            rules: list[LifecycleRule] = msgspec.json.decode((self.base / "lifecycle.json").read_bytes())
+            with self._open_base_file("lifecycle.json") as fd:
+                data = os.read(fd, _SMALL_FILE_BYTES + 1)
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise self._unavailable("lifecycle.json", exc) from None
+        try:
+            rules: list[LifecycleRule] = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            raise StoreUnavailableError(f"local store {str(self.base)!r}: lifecycle.json is damaged") from None
         return rules
 
+    @contextmanager
+    def _open_base_file(self, name: str) -> Iterator[int]:
+        base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=base)
+        finally:
+            os.close(base)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            yield fd
+        finally:
+            os.close(fd)
+
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        os.replace(self._write_temp(msgspec.json.encode(rules)), self.base / "lifecycle.json")
+        with self._temp(msgspec.json.encode(rules)) as (tmp_fd, tmp):
+            base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.replace(tmp, "lifecycle.json", src_dir_fd=tmp_fd, dst_dir_fd=base)
+            except OSError as exc:
+                raise self._unavailable("lifecycle.json", exc) from None
+            finally:
+                os.close(base)
 
     def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
         return iter(())

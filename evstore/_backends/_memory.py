@@ -19,6 +19,7 @@ from ._base import (
     ObjectStore,
     PreconditionFailed,
     StoredObject,
+    too_large,
 )
 
 
@@ -110,8 +111,10 @@ class MemoryStore(ObjectStore):
             raise ObjectMissing(key)
         return entry
 
-    def get(self, key: str) -> StoredObject:
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
         e = self._get_entry(key)
+        if max_bytes is not None and len(e.data) > max_bytes:
+            raise too_large(key, len(e.data), max_bytes)
         return StoredObject(key, e.data, e.etag, e.modified, dict(e.metadata))
 
     def head(self, key: str) -> ObjectInfo:

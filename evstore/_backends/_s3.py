@@ -35,6 +35,7 @@ from ._base import (
     ObjectStore,
     PreconditionFailed,
     StoredObject,
+    too_large,
 )
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
@@ -166,11 +167,15 @@ class S3Store(ObjectStore):
         except botocore.exceptions.BotoCoreError as exc:
             raise self._fail(action, key, exc) from None
 
-    def get(self, key: str) -> StoredObject:
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
         def request() -> tuple[dict[str, Any], bytes]:
             # botocore retries the request, not the body: a body cut off mid-stream is read again
             for attempt in range(3):
                 response = self.client.get_object(Bucket=self.bucket, Key=key)
+                size = int(response.get("ContentLength", 0))
+                if max_bytes is not None and size > max_bytes:  # refused by its header, the body unread
+                    response["Body"].close()
+                    raise too_large(key, size, max_bytes)
                 try:
                     return response, response["Body"].read()
                 except botocore.exceptions.ResponseStreamingError:
