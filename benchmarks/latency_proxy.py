@@ -117,7 +117,9 @@ class LatencyProxy:
         self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="latency-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="latency-proxy", daemon=True
+        )
         self._started = False
 
     @property

@@ -1,0 +1,727 @@
+"""Resume and append under S3-like latency: evstore against Strands' session managers, side by side.
+
+    python benchmarks/resume.py [--quick] [--delays 15,50] [--sizes 100,1000,10000] [--json FILE]
+
+Every request goes through ``benchmarks/latency_proxy.py``, which adds a fixed
+delay per request (requests overlap, as on S3), counts them and measures the
+longest chain of dependent requests (the "dependent round trips"). Behind the
+proxy is Ceph RGW when it is installed (``infra/rgw.py`` starts a throwaway
+one), else moto in a process of its own, else the endpoint named by
+``AWS_ENDPOINT_URL`` (``--server`` chooses); the output says which.
+
+**Resume**: a fresh process, its client already made, opens a session of N
+messages, gets the context it would send to a model and appends one message:
+
+* evstore with its defaults (a session written by ``Store()`` as it is; read
+  with ``Store.resume`` when the library has it, else ``open()`` + ``context()``);
+* evstore after ``Store.compact`` (whole session in segments) and uncompacted
+  (loose events only), read with ``open()`` + ``context()``;
+* Strands' ``S3SessionManager`` (one object per message): the manager is made
+  (it reads the session), ``initialize(agent)`` restores the messages, and
+  ``append_message`` writes one;
+* Strands' ``SnapshotSessionManager`` over ``S3Storage`` (one object for the
+  whole agent): ``initialize(agent)`` restores it, ``sync_agent`` saves it
+  with the new message.
+
+Reported per size and delay: requests, dependent round trips, time and time ÷
+delay (round trips' worth), client CPU; and, from the two delays, the slope
+(round trips that cost the delay) and the intercept (time at zero delay: CPU
+and the server's own time).
+
+**Append** (in this process, warm clients, through the proxy): evstore's
+``Session.append`` at N against a raw conditional PUT of the same bytes
+(``put_object(IfNoneMatch="*")`` on the same client) and against a Strands
+snapshot save of an agent holding N messages, interleaved rounds, medians.
+
+Setup writes each session straight to the server (not through the proxy),
+built in memory first and copied in parallel (``benchmarks/run.py``'s ``Env``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import importlib.util
+import inspect
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks._data import message, strands_message  # noqa: E402
+
+SEGMENT = 1000  # compact's default segment size; a session shorter than that becomes one segment
+AGENT_ID = "main"
+Item = tuple[str, bytes, dict[str, str]]
+
+VARIANTS = ("evstore-defaults", "evstore-compacted", "evstore-uncompacted", "strands-s3", "strands-snapshot")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    sizes: tuple[int, ...]
+    delays_ms: tuple[float, ...]
+    rounds: int  # resume rounds for sizes below BIG
+    big_rounds: int  # resume rounds for sizes of BIG and more
+    append_rounds: int
+
+
+BIG = 10_000
+FULL = Plan(sizes=(100, 1_000, 10_000), delays_ms=(15, 50), rounds=3, big_rounds=1, append_rounds=30)
+QUICK = Plan(sizes=(100, 1_000), delays_ms=(15, 50), rounds=1, big_rounds=1, append_rounds=5)
+
+
+# ---- small helpers -------------------------------------------------------------------
+
+
+def median(values: Iterable[float]) -> float:
+    return float(statistics.median(list(values)))
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def spread(values: list[int]) -> str:
+    """``5`` when every round agreed, else ``min-max``."""
+    lo, hi = min(values), max(values)
+    return f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+
+
+def load_rgw() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("evstore_infra_rgw", REPO / "infra" / "rgw.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
+
+
+def boto_counter(events: Any) -> Callable[[], int]:
+    """Count the requests a boto3 client (or every client later made from a session) sends, retries included."""
+    count = [0]
+
+    def hook(**kwargs: Any) -> None:
+        count[0] += 1
+
+    events.register("before-send.s3", hook)
+    events._bench_keepalive = hook  # handlers are held weakly
+    return lambda: count[0]
+
+
+# ---- Strands pieces (imported lazily: the parent needs Strands only for setup) ---------
+
+
+def quiet_model() -> Any:
+    """A Strands model that is never called (resume does not call the model)."""
+    from strands.models import Model
+
+    class Unused(Model):
+        def update_config(self, **model_config: Any) -> None:
+            pass
+
+        def get_config(self) -> Any:
+            return {"model_id": "unused"}
+
+        def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        def stream(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    return Unused()
+
+
+def strands_agent(messages: list[dict[str, Any]] | None = None) -> Any:
+    from strands import Agent
+
+    return Agent(model=quiet_model(), agent_id=AGENT_ID, messages=messages or [], callback_handler=None)
+
+
+class _CaptureClient:
+    """Stands in for boto3 under S3SessionManager during setup: keeps what it PUTs, finds nothing."""
+
+    def __init__(self) -> None:
+        self.objects: list[Item] = []
+
+    def put_object(self, *, Key: str, Body: bytes, **kwargs: Any) -> None:
+        self.objects.append((Key, Body, {}))
+
+    def _missing(self, code: str, operation: str) -> None:
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": code, "Message": "not found"}}, operation)
+
+    def head_object(self, **kwargs: Any) -> None:
+        self._missing("404", "HeadObject")
+
+    def get_object(self, **kwargs: Any) -> None:
+        self._missing("NoSuchKey", "GetObject")
+
+
+def strands_s3_objects(bucket: str, sid: str, n: int) -> list[Item]:
+    """The exact objects S3SessionManager writes for an agent that appended n messages."""
+    from strands.session.s3_session_manager import S3SessionManager
+    from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
+
+    capture = _CaptureClient()
+    # S3SessionManager's own serialization and keys, with its client swapped for the capture (no network):
+    # __init__ would make a boto3 client and read the session first, so the repository is set up by hand.
+    repo = S3SessionManager.__new__(S3SessionManager)
+    repo.bucket, repo.prefix, repo.client = bucket, "", capture
+    repo.create_session(Session(session_id=sid, session_type=SessionType.AGENT))
+    repo.create_agent(sid, SessionAgent.from_agent(strands_agent()))
+    for i in range(n):
+        repo.create_message(sid, AGENT_ID, SessionMessage.from_message(strands_message(i), i))  # type: ignore[arg-type]
+    return capture.objects
+
+
+def strands_snapshot_objects(sid: str, n: int) -> list[Item]:
+    """The exact object(s) SnapshotSessionManager saves for an agent holding n messages."""
+    from strands.session.snapshot_session_manager import SnapshotSessionManager
+    from strands.storage.in_memory_storage import InMemoryStorage
+
+    memory = InMemoryStorage()
+    manager = SnapshotSessionManager(sid, storage=memory)
+    agent = strands_agent([strands_message(i) for i in range(n)])
+    asyncio.run(manager.save_snapshot(agent, is_latest=True))
+
+    async def dump() -> list[Item]:
+        out: list[Item] = []
+        for key in await memory.list(""):
+            data = await memory.read(key)
+            assert data is not None
+            out.append((key, data, {}))
+        return out
+
+    return asyncio.run(dump())  # S3Storage with no prefix stores each key as the object's name
+
+
+def snapshot_storage(bucket: str, client: Any) -> Any:
+    from strands.storage.s3_storage import S3Storage
+
+    storage = S3Storage(bucket)
+    storage._client = client  # S3Storage takes no endpoint_url: hand it the client it would make, aimed at the proxy
+    return storage
+
+
+def strands_client(session: Any, endpoint: str) -> Any:
+    from botocore.config import Config
+
+    return session.client("s3", endpoint_url=endpoint, config=Config(user_agent_extra="strands-agents"))
+
+
+# ---- the child: one resume in a fresh process -----------------------------------------
+
+
+def unpack_resume(result: Any) -> tuple[Any, list[Any]]:
+    """``Store.resume(id)``'s writer and context, whatever shape it returns them in."""
+    if isinstance(result, tuple) and len(result) == 2:
+        first, second = result
+        return (first, list(second)) if hasattr(first, "append") else (second, list(first))
+    writer = next((getattr(result, n) for n in ("session", "writer") if hasattr(result, n)), result)
+    context = next((getattr(result, n) for n in ("context", "messages") if hasattr(result, n)), None)
+    if context is None or not hasattr(writer, "append"):
+        raise TypeError(f"cannot find the writer and the context in Store.resume's {type(result).__name__}")
+    return writer, list(context() if callable(context) else context)
+
+
+def child(args: dict[str, Any]) -> dict[str, Any]:
+    """Set up (no request), say ready, wait for go; then resume + append one message, timed."""
+    kind, endpoint, bucket, sid = args["kind"], args["endpoint"], args["bucket"], args["sid"]
+    index = int(args["index"])
+    run: Callable[[], int]
+    if kind == "evstore":
+        from evstore import Store
+        from evstore._backends._s3 import S3Store
+
+        backend = S3Store(bucket, endpoint_url=endpoint)
+        store = Store(backend)
+        sent = lambda: sum(backend.requests.values())  # noqa: E731
+
+        def run() -> int:
+            if args["call"] == "resume":
+                writer, context = unpack_resume(store.resume(sid))  # type: ignore[attr-defined]
+            else:
+                writer = store.open(sid)
+                context = store.context(sid)
+            writer.append(message(index))
+            return len(context)
+
+    else:
+        import boto3
+
+        os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+        session = boto3.session.Session()
+        strands_client(session, endpoint)  # loads the service model: later clients of this session are cheap
+        agent = strands_agent()
+        if kind == "strands-s3":
+            from strands.session.s3_session_manager import S3SessionManager
+
+            sent = boto_counter(session.events)  # clients made from the session after this inherit the hook
+
+            def run() -> int:
+                # the manager makes its client and reads the session when constructed: part of the resume
+                manager = S3SessionManager(sid, bucket, boto_session=session, endpoint_url=endpoint)
+                manager.initialize(agent)
+                size = len(agent.messages)
+                manager.append_message(strands_message(index), agent)
+                return size
+
+        elif kind == "strands-snapshot":
+            from strands.session.snapshot_session_manager import SnapshotSessionManager
+
+            client = strands_client(session, endpoint)
+            sent = boto_counter(client.meta.events)
+            manager = SnapshotSessionManager(sid, storage=snapshot_storage(bucket, client))
+
+            def run() -> int:
+                manager.initialize(agent)
+                size = len(agent.messages)
+                agent.messages.append(strands_message(index))
+                manager.sync_agent(agent)  # what the agent does after its turn: saves the whole snapshot
+                return size
+
+        else:
+            raise SystemExit(f"unknown child kind {kind!r}")
+    print(json.dumps({"ready": True}), flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("child: no go")
+    cpu, started = time.process_time(), time.perf_counter()
+    context = run()
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"seconds": seconds, "cpu": cpu, "client_requests": sent(), "context": context}
+
+
+# ---- the parent ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sample:
+    seconds: float
+    cpu: float
+    requests: int
+    depth: int
+    client_requests: int
+    by_kind: dict[str, int]
+    context: int
+
+
+class Bench:
+    def __init__(self, plan: Plan, server: str) -> None:
+        from benchmarks import run as base
+
+        self.plan = plan
+        self.rgw: ModuleType | None = None
+        self.rgw_info: Any = None
+        external = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if server == "auto":
+            server = "external" if external else "rgw" if not load_rgw().missing_binaries() else "moto"
+        if server == "external" and not external:
+            raise SystemExit("--server external needs AWS_ENDPOINT_URL")
+        if server in ("rgw", "moto"):
+            os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+            os.environ.pop("AWS_ENDPOINT_URL", None)
+        if server == "rgw":
+            self.rgw = load_rgw()
+            started = time.perf_counter()
+            self.rgw_info = self.rgw.start()
+            os.environ.update(self.rgw_info.env())
+            version = subprocess.run(["radosgw", "--version"], capture_output=True, text=True, check=False).stdout.split()
+            ceph = " ".join(version[:3]) if version else "ceph"
+            took = time.perf_counter() - started
+            self.server = f"Ceph RGW ({ceph}, infra/rgw.py: one mon, one OSD on memstore), started in {took:.0f} s"
+        # moto: Env starts moto's server in a process of its own and loads setup objects through a side channel
+        config = dataclasses.replace(base.QUICK, segment_size=SEGMENT)
+        try:
+            self.env = base.Env(config)
+        except BaseException:
+            self.close()
+            raise
+        if server == "moto":
+            import moto
+
+            self.server = f"moto {moto.__version__} in a process of its own (page-proportional LIST: {self.env.fast_list})"
+        elif server == "external":
+            self.server = f"the endpoint at {self.env.endpoint} (AWS_ENDPOINT_URL)"
+        from benchmarks.latency_proxy import LatencyProxy
+
+        self.proxy = LatencyProxy(self.env.endpoint).start()
+        self.bucket = self.env.new_bucket("resume")
+        self.sessions: dict[tuple[str, int], str] = {}
+        self.layout_notes: dict[tuple[str, int], str] = {}
+        self.samples: dict[tuple[str, int, float], list[Sample]] = {}
+        self.appends: dict[tuple[int, float], dict[str, Any]] = {}
+        self.index = iter(range(1_000_000, 10**9))
+        from evstore import Store
+
+        self.has_resume = hasattr(Store, "resume")
+        self.auto_compact_default = inspect.signature(Store).parameters["auto_compact"].default
+
+    def close(self) -> None:
+        for step in (
+            lambda: self.proxy.close(),
+            lambda: self.env.close(),
+            lambda: self.rgw.stop(self.rgw_info) if self.rgw is not None and self.rgw_info is not None else None,
+        ):
+            with contextlib.suppress(Exception):
+                step()
+
+    # ---- setup ----------------------------------------------------------------------
+
+    def evstore_objects(self, sid: str, n: int, kind: str) -> Iterator[Item]:
+        from evstore import MemoryStore, Store
+
+        memory = MemoryStore()
+        store = Store(memory) if kind == "evstore-defaults" else Store(memory, auto_compact=None)
+        session = store.create(sid)
+        for i in range(n):
+            session.append(message(i))
+        if kind == "evstore-compacted":
+            store.compact(sid, segment_size=min(SEGMENT, n))
+        store.close()  # anything the defaults do in the background is done
+        names = [info.key.rsplit("/", 1)[-1] for info in memory.list("")]
+        extra = [name for name in names if not name.isdigit()]
+        others = ", ".join(sorted(set(extra)))
+        self.layout_notes[(kind, n)] = f"{len(names):,} objects ({len(names) - len(extra):,} events + {others})"
+        if kind == "evstore-uncompacted" and len(extra) != 1:
+            print(f"WARNING: the uncompacted session of {n:,} has objects besides its events and manifest: {extra[:5]}")
+        for info in memory.list(""):
+            stored = memory.get(info.key)
+            yield stored.key, stored.data, dict(stored.metadata)
+
+    def setup(self, n: int) -> None:
+        started = time.perf_counter()
+        items: list[Item] = []
+        for kind in VARIANTS:
+            sid = f"{kind}-{n}-{uuid.uuid4().hex[:6]}"
+            self.sessions[(kind, n)] = sid
+            if kind.startswith("evstore"):
+                items.extend(self.evstore_objects(sid, n, kind))
+            elif kind == "strands-s3":
+                items.extend(strands_s3_objects(self.bucket, sid, n))
+            else:
+                items.extend(strands_snapshot_objects(sid, n))
+        built = time.perf_counter() - started
+        stored = self.env.bulk_put(self.bucket, items)
+        took = time.perf_counter() - started - built
+        print(f"(setup of {n:,} messages: {stored:,} objects built in {built:.1f} s, stored in {took:.1f} s)")
+
+    # ---- resume -----------------------------------------------------------------------
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("AWS_ENDPOINT_URL_S3", None)
+        env["AWS_ENDPOINT_URL"] = self.proxy.endpoint  # anything that finds its endpoint itself finds the proxy
+        env["OTEL_SDK_DISABLED"] = "true"
+        return env
+
+    def resume_once(self, variant: str, n: int) -> Sample:
+        sid = self.sessions[(variant, n)]
+        args: dict[str, Any] = {"endpoint": self.proxy.endpoint, "bucket": self.bucket, "sid": sid, "index": next(self.index)}
+        if variant.startswith("evstore"):
+            args["kind"] = "evstore"
+            args["call"] = "resume" if variant == "evstore-defaults" and self.has_resume else "open+context"
+        else:
+            args["kind"] = variant
+        with tempfile.TemporaryFile("w+") as errors:
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--child", json.dumps(args)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                cwd=REPO,
+                env=self.child_env(),
+            )
+            assert proc.stdin is not None and proc.stdout is not None
+            ready = proc.stdout.readline()
+            if not ready:
+                proc.wait()
+                errors.seek(0)
+                raise RuntimeError(f"{variant} child failed before it was ready: {errors.read()[-3000:]}")
+            self.proxy.reset()
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            out, _ = proc.communicate(timeout=3600)
+            self.proxy.wait_idle()
+            stats = self.proxy.snapshot()
+            if proc.returncode != 0:
+                errors.seek(0)
+                raise RuntimeError(f"{variant} child exited {proc.returncode}: {errors.read()[-3000:]}")
+        got = json.loads(out.strip().splitlines()[-1])
+        if got["context"] < n:
+            raise RuntimeError(f"{variant} resumed {got['context']} messages of {n}")
+        if got["client_requests"] != stats.requests:
+            print(
+                f"WARNING: {variant} at {n:,}: the client sent {got['client_requests']} requests, the proxy saw {stats.requests}"
+            )
+        sent = got["client_requests"]
+        return Sample(got["seconds"], got["cpu"], stats.requests, stats.depth, sent, stats.by_kind, got["context"])
+
+    def bench_resume(self, n: int) -> None:
+        rounds = self.plan.big_rounds if n >= BIG else self.plan.rounds
+        for delay_ms in self.plan.delays_ms:
+            self.proxy.delay = delay_ms / 1000
+            for r in range(rounds):
+                order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
+                for variant in order:
+                    sample = self.resume_once(variant, n)
+                    self.samples.setdefault((variant, n, delay_ms), []).append(sample)
+                    print(
+                        f"  resume {n:,} @ {delay_ms:g} ms, {variant}: {sample.requests:,} requests, "
+                        f"{sample.depth:,} dependent, {fmt_ms(sample.seconds)}",
+                        flush=True,
+                    )
+        self.proxy.delay = 0.0
+
+    # ---- append -----------------------------------------------------------------------
+
+    def bench_append(self, n: int, delay_ms: float) -> None:
+        import boto3
+        from strands.session.snapshot_session_manager import SnapshotSessionManager
+
+        from evstore import Store
+        from evstore._backends._s3 import S3Store
+
+        self.proxy.delay = 0.0
+        backend = S3Store(self.bucket, endpoint_url=self.proxy.endpoint)
+        store = Store(backend)  # defaults
+        sid = self.sessions[("evstore-defaults", n)]
+        writer = store.open(sid)
+        event = backend.get(store.layout.event_key(sid, 1)).data  # an event's bytes, as stored
+        client = backend.client  # the raw baseline: the very same client and connection pool
+        snap_sid = self.sessions[("strands-snapshot", n)]
+        agent = strands_agent([strands_message(i) for i in range(n)])
+        snap_client = strands_client(boto3.session.Session(), self.proxy.endpoint)
+        manager = SnapshotSessionManager(snap_sid, storage=snapshot_storage(self.bucket, snap_client))
+
+        def evstore_append() -> None:
+            writer.append(message(next(self.index)))
+
+        def raw_put() -> None:
+            client.put_object(Bucket=self.bucket, Key=f"raw/{uuid.uuid4().hex}", Body=event, IfNoneMatch="*")
+
+        def snapshot_save() -> None:
+            agent.messages.append(strands_message(next(self.index)))
+            manager.sync_agent(agent)
+
+        variants: dict[str, Callable[[], None]] = {"evstore": evstore_append, "raw": raw_put, "snapshot": snapshot_save}
+        for fn in variants.values():  # warm: connections made, code paths loaded
+            fn()
+        self.proxy.delay = delay_ms / 1000
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        requests_before = sum(backend.requests.values())
+        names = list(variants)
+        for r in range(self.plan.append_rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                started = time.perf_counter()
+                variants[name]()
+                times[name].append(time.perf_counter() - started)
+        self.proxy.delay = 0.0
+        store.close()  # background work of the defaults, if any, is counted
+        evstore_requests = sum(backend.requests.values()) - requests_before - self.plan.append_rounds  # less the raw PUTs
+        self.appends[(n, delay_ms)] = {
+            "times": times,
+            "evstore_requests_per_append": evstore_requests / self.plan.append_rounds,
+            "event_bytes": len(event),
+        }
+        med = {k: median(v) for k, v in times.items()}
+        print(
+            f"  append at {n:,} @ {delay_ms:g} ms: evstore {fmt_ms(med['evstore'])}, raw PUT {fmt_ms(med['raw'])}, "
+            f"snapshot save {fmt_ms(med['snapshot'])}",
+            flush=True,
+        )
+
+    # ---- report -----------------------------------------------------------------------
+
+    def label(self, variant: str) -> str:
+        call = "resume()" if self.has_resume else "open() + context()"
+        return {
+            "evstore-defaults": f"evstore, defaults (`{call}`)",
+            "evstore-compacted": "evstore after `compact` (`open()` + `context()`)",
+            "evstore-uncompacted": "evstore, uncompacted (`open()` + `context()`)",
+            "strands-s3": "Strands `S3SessionManager`",
+            "strands-snapshot": "Strands `SnapshotSessionManager`",
+        }[variant]
+
+    def report(self) -> str:
+        delays = self.plan.delays_ms
+        lines: list[str] = []
+        add = lines.append
+        lo, hi = min(delays), max(delays)
+        two = len(delays) >= 2 and hi > lo
+        head = ["messages", "variant", "requests", "dependent round trips"]
+        for d in delays:
+            head += [f"time @ {d:g} ms", f"÷ {d:g} ms"]
+        if two:
+            head += [f"slope: round trips ({lo:g}→{hi:g} ms)", "intercept: time at 0 ms"]
+        head += ["client CPU"]
+        add("### Resume: a fresh process opens the session, gets its context, appends one message")
+        add("")
+        add("| " + " | ".join(head) + " |")
+        add("|" + "---|" * len(head))
+        for n in self.plan.sizes:
+            for variant in VARIANTS:
+                got = {d: self.samples.get((variant, n, d), []) for d in delays}
+                if not all(got.values()):
+                    continue
+                every = [s for d in delays for s in got[d]]
+                row = [f"{n:,}", self.label(variant), spread([s.requests for s in every]), spread([s.depth for s in every])]
+                med = {d: median(s.seconds for s in got[d]) for d in delays}
+                for d in delays:
+                    row += [fmt_ms(med[d]), f"{med[d] / (d / 1000):,.1f}"]
+                if two:
+                    slope = (med[hi] - med[lo]) / ((hi - lo) / 1000)
+                    row += [f"{slope:,.1f}", fmt_ms(med[lo] - slope * lo / 1000)]
+                row += [fmt_ms(median(s.cpu for s in every))]
+                add("| " + " | ".join(row) + " |")
+        add("")
+        rounds = f"{self.plan.rounds} round(s)" + (
+            f" ({self.plan.big_rounds} at {BIG:,} and more)" if any(n >= BIG for n in self.plan.sizes) else ""
+        )
+        add(
+            f"Median of {rounds} per cell, variants interleaved in alternating order. Requests and dependent round trips "
+            "are counted by the proxy (a single figure when every round agreed, else the range). The slope is the "
+            "number of round trips the time grows by per unit of delay; the intercept what remains at zero delay "
+            "(client CPU and the server's own time). Client CPU: the resuming process, all threads."
+        )
+        add("")
+        add("### Append: median time per append, and ratio to a raw conditional PUT of the same bytes")
+        add("")
+        head = ["delay", "messages", "evstore `append`", "raw `put_object(IfNoneMatch=\"*\")`", "Strands snapshot save",
+                "evstore ÷ PUT", "snapshot ÷ PUT", "evstore requests / append"]  # fmt: skip
+        add("| " + " | ".join(head) + " |")
+        add("|" + "---|" * len(head))
+        for d in delays:
+            for n in self.plan.sizes:
+                a = self.appends.get((n, d))
+                if a is None:
+                    continue
+                med = {k: median(v) for k, v in a["times"].items()}
+                add(
+                    "| "
+                    + " | ".join(
+                        [
+                            f"{d:g} ms",
+                            f"{n:,}",
+                            fmt_ms(med["evstore"]),
+                            fmt_ms(med["raw"]),
+                            fmt_ms(med["snapshot"]),
+                            f"{med['evstore'] / med['raw']:.3f}x",
+                            f"{med['snapshot'] / med['raw']:.2f}x",
+                            f"{a['evstore_requests_per_append']:.3g}",
+                        ]
+                    )
+                    + " |"
+                )
+        add("")
+        add(
+            f"{self.plan.append_rounds} interleaved rounds per row, warm clients in one process, through the proxy. "
+            f"An evstore event is {next(iter(self.appends.values()))['event_bytes'] if self.appends else '?'} bytes; "
+            "the snapshot save writes the whole agent."
+        )
+        return "\n".join(lines)
+
+
+def parse_list(text: str, kind: Callable[[str], Any]) -> tuple[Any, ...]:
+    try:
+        values = tuple(kind(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers: {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: sizes 100 and 1,000, one round")
+    parser.add_argument("--delays", type=lambda t: parse_list(t, float), help="delays per request in ms (default 15,50)")
+    parser.add_argument("--sizes", type=lambda t: parse_list(t, int), help="session lengths in messages")
+    parser.add_argument("--rounds", type=int, help="resume rounds per cell (default 3; 1 with --quick)")
+    parser.add_argument("--big-rounds", type=int, help=f"resume rounds for sizes of {BIG:,} and more (default 1)")
+    parser.add_argument("--append-rounds", type=int, help="append rounds per cell (default 30; 5 with --quick)")
+    parser.add_argument("--server", choices=("auto", "rgw", "moto", "external"), default="auto")
+    parser.add_argument("--json", metavar="FILE", help="save every sample here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    plan = QUICK if args.quick else FULL
+    plan = dataclasses.replace(
+        plan,
+        sizes=args.sizes or plan.sizes,
+        delays_ms=args.delays or plan.delays_ms,
+        rounds=args.rounds or plan.rounds,
+        big_rounds=args.big_rounds or plan.big_rounds,
+        append_rounds=args.append_rounds or plan.append_rounds,
+    )
+    started = time.perf_counter()
+    load = os.getloadavg()[0]
+    bench = Bench(plan, args.server)
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "evstore")
+        print(f"# Resume under latency ({'quick' if args.quick else 'full'})")
+        print(f"server: {bench.server}")
+        print(f"proxy: {bench.proxy.endpoint}; delays {', '.join(f'{d:g} ms' for d in plan.delays_ms)}; sizes {plan.sizes}")
+        print(
+            f"evstore at commit {commit}"
+            + (f" with uncommitted changes in evstore/ ({len(dirty.splitlines())} files)" if dirty else "")
+            + f"; Store.resume: {'yes' if bench.has_resume else 'no'}; Store(auto_compact) default: {bench.auto_compact_default}"
+        )
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.2f} at start", flush=True)
+        for n in plan.sizes:
+            bench.setup(n)
+            for kind in VARIANTS[:3]:
+                print(f"  {kind} at {n:,}: {bench.layout_notes[(kind, n)]}")
+            bench.bench_resume(n)
+        for d in plan.delays_ms:
+            for n in plan.sizes:
+                bench.bench_append(n, d)
+        print()
+        print(bench.report())
+        print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")
+        if args.json:
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "server": bench.server,
+                        "commit": commit,
+                        "plan": dataclasses.asdict(plan),
+                        "resume": [
+                            {"variant": v, "messages": n, "delay_ms": d, "samples": [dataclasses.asdict(s) for s in ss]}
+                            for (v, n, d), ss in bench.samples.items()
+                        ],
+                        "append": [{"messages": n, "delay_ms": d, **a} for (n, d), a in bench.appends.items()],
+                    },
+                    indent=1,
+                )
+            )
+    finally:
+        bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
