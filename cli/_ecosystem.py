@@ -6,6 +6,7 @@ This module imports ``_common`` and ``_output``, never ``_main``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import click
 import msgspec
 
-from evstore import Event, IntegrityError, InvalidInputError, SessionNotFoundError, Store
+from evstore import Event, InvalidInputError, Store
 from evstore._codec import RewindBody
 from evstore._formats import (
     FORMATS,
@@ -26,7 +27,7 @@ from evstore._formats import (
     render_chatcli,
     render_jsonl,
 )
-from evstore._ids import parse_seq, validate_session_id
+from evstore._ids import validate_session_id
 
 from ._common import Context
 from ._output import event_lines, render_text, write_jsonl
@@ -51,11 +52,23 @@ def _read_file(path: str) -> bytes:
     if path == "-":
         data = sys.stdin.buffer.read(MAX_IMPORT_BYTES + 1)
     else:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_IMPORT_BYTES + 1)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_IMPORT_BYTES + 1)
+        except OSError as exc:
+            raise InvalidInputError(f"cannot read {path!r}: {exc.strerror or exc}") from None
     if len(data) > MAX_IMPORT_BYTES:
         raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
     return data
+
+
+def check_output_path(path: str) -> None:
+    """``InvalidInputError`` (before any work) when ``path`` cannot be a file to write: its folder is missing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InvalidInputError(f"cannot write {path!r}: the folder {folder!r} does not exist (create it first)")
+    if os.path.isdir(path):
+        raise InvalidInputError(f"cannot write {path!r}: it is a folder; name a file")
 
 
 def _json_line(value: object) -> None:
@@ -123,6 +136,8 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
     """
     if as_json and output == "-":
         raise click.UsageError("--json needs --output (stdout carries the export)")
+    if output != "-":
+        check_output_path(output)
     store: Store = state.store
     head = store.info(session).head
     messages = []
@@ -137,10 +152,13 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
         chunks: Iterator[bytes] = iter([encode_chatcli(render_chatcli(messages))])
     else:
         chunks = render_jsonl(messages)
-    with click.open_file(output, "wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
-        out.flush()
+    try:
+        with click.open_file(output, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
     if rewinds:
         click.echo(
             f"evstore: note: {session} has {rewinds} rewinds; the export holds every message as written,"
@@ -164,46 +182,10 @@ def follow(
     should_stop: Callable[[], bool] = lambda: False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[Event]:
-    """Events after seq ``after`` as other writers append them, until ``should_stop()``.
-
-    Each poll is one LIST with ``StartAfter`` = the last seen event's key, so it
-    costs the same whatever the session's length; new events are then read
-    (``store.concurrency`` GETs at a time), opened, and chained to the previous
-    one (to event ``after`` too when ``after_hash`` is given). ``sleep(interval)``
-    runs between polls that found the log's end. ``SessionNotFoundError`` once
-    the session is deleted: the same listing shows its tombstone, or no longer
-    its manifest. For a fork, ``after`` must be at least the fork seq (the
-    inherited events are the parent's; ``store.replay`` reads them).
-    """
-    loaded = store._load(session_id)
-    if after < loaded.first_own - 1:
-        raise InvalidInputError(f"follow a fork from its fork seq {loaded.first_own - 1} on (replay reads the earlier events)")
-    manifest = loaded.manifest
-    layout = store.layout
-    prefix = layout.session_prefix(session_id)
-    last = after
-    prev_hash = after_hash
-    pool = store._executor()
-    while not should_stop():
-        page = store.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
-        names = [info.key[len(prefix) :] for info in page.objects]
-        seqs = [seq for seq in map(parse_seq, names) if seq is not None]
-        fetched = pool.map(lambda seq: store._get_event_bytes(session_id, seq), seqs)
-        for seq, data in zip(seqs, fetched, strict=True):
-            if seq != last + 1 or data is None:
-                raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
-            raw = store._decode_raw(manifest, seq, data)
-            if prev_hash is not None and raw.envelope.prev != prev_hash:
-                raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
-            env = raw.envelope
-            yield Event(session_id, seq, env.ts, env.wid, env.kid, raw.hash, store._open_body(manifest, raw))
-            last, prev_hash = seq, raw.hash
-            if should_stop():
-                return
-        if "tombstone" in names or (not page.truncated and "manifest" not in names):
-            raise SessionNotFoundError(session_id, "was deleted")
-        if not (page.truncated and len(seqs) == len(names)):
-            sleep(interval)
+    """``Store.follow``: events after seq ``after`` as other writers append them."""
+    return store.follow(
+        session_id, after=after, after_hash=after_hash, interval=interval, should_stop=should_stop, sleep=sleep
+    )
 
 
 @click.command("tail")

@@ -16,15 +16,37 @@ import msgspec
 import evstore
 from evstore import (
     EvstoreError,
+    IntegrityError,
     InvalidInputError,
+    KeyRequiredError,
     Receipt,
     SessionExpiredError,
     SessionNotFoundError,
 )
 
 from ._common import CommandError, Context, Progress, counted, exit_code_for, pass_context
-from ._ecosystem import register
+from ._doctor import register as register_doctor
+from ._ecosystem import check_output_path, register
+from ._network import network_options, open_options
 from ._output import event_lines, info_json, render_text, write_json, write_jsonl
+
+
+def _explain(error: EvstoreError, state: Context | None) -> str:
+    """The error's message, or a better one where the command knows how the keys were configured."""
+    store = state.opened if state is not None else None
+    if isinstance(error, KeyRequiredError) and store is not None and store.keyring.keys:
+        configured = ", ".join(repr(kid) for kid in sorted(store.keyring.keys))
+        return (
+            f"the configured keys (key ids {configured}) do not open session {error.session_id!r}: it is sealed under key"
+            f" id {error.key_id!r}; configure that key (EVSTORE_KEYRING with it, or EVSTORE_KEY with"
+            f" EVSTORE_KEY_ID={error.key_id})"
+        )
+    if isinstance(error, IntegrityError) and "authentication failed under key id" in str(error) and store is not None:
+        return (
+            f"{error}: the configured key of that id does not open this session (a different key than the one it was"
+            " created with), or the object was altered"
+        )
+    return str(error)
 
 
 class Group(click.Group):
@@ -44,7 +66,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except EvstoreError as error:
-            raise CommandError(str(error), exit_code_for(error)) from None
+            raise CommandError(_explain(error, ctx.find_object(Context)), exit_code_for(error)) from None
         except BrokenPipeError:
             # the reader went away (``| head``): stop quietly
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115
@@ -75,15 +97,16 @@ class Group(click.Group):
     metavar="URL",
     help="S3 endpoint for MinIO, Ceph, moto or any S3-compatible server (default: $AWS_ENDPOINT_URL).",
 )
+@network_options
 @click.version_option(evstore.__version__, prog_name="evstore")
 @click.pass_context
-def cli(ctx: click.Context, store_url: str | None, endpoint_url: str | None) -> None:
+def cli(ctx: click.Context, /, store_url: str | None, endpoint_url: str | None, **network: Any) -> None:
     """evstore: conversation sessions as an append-only log on S3-compatible storage.
 
     Exit codes: 0 success, 1 unexpected failure, 2 usage or invalid input,
     3 session not found, 4 write conflict, 5 integrity failure, 6 session expired.
     """
-    state = Context(store_url, endpoint_url)
+    state = Context(store_url, endpoint_url, open_options(**network))
     ctx.obj = state
     ctx.call_on_close(state.close)
 
@@ -91,9 +114,15 @@ def cli(ctx: click.Context, store_url: str | None, endpoint_url: str | None) -> 
 session_argument = click.argument("session")
 
 
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
 def _read_input(text: str | None, limit: int) -> str:
     if text is not None:
         return text
+    if _stdin_is_terminal():  # someone typed `evstore append SESSION` and would wait in silence
+        click.echo("evstore: reading the message from standard input: end it with Ctrl-D (or give TEXT)", err=True)
     data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
         raise InvalidInputError(f"input exceeds the limit of {limit} bytes")
@@ -103,8 +132,30 @@ def _read_input(text: str | None, limit: int) -> str:
         raise InvalidInputError("input is not valid UTF-8") from None
 
 
-def parse_jsonl_messages(lines: Iterable[str]) -> Iterator[evstore.Message]:
-    """Messages from JSONL: a message per line, or a line of ``replay --format jsonl``."""
+class Batch(msgspec.Struct):
+    """Messages for one event; ``seq``: the event's seq in a replayed session (None for plain lines)."""
+
+    messages: list[evstore.Message]
+    seq: int | None = None
+
+
+class Rewind(msgspec.Struct, frozen=True):
+    """A rewind line of ``replay --format jsonl``; ``to_seq`` and ``seq`` are seqs of the replayed session."""
+
+    to_seq: int
+    keep: int | None = None
+    seq: int | None = None
+
+
+def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
+    """What ``append --jsonl`` writes, in order: a ``Batch`` per event, or a ``Rewind``.
+
+    A plain message line is one event. Lines of ``replay --format jsonl`` keep their
+    events: consecutive lines of one seq (of one session) are one atomic event again, and
+    a rewind line is a rewind (its ``to_seq`` is a seq of the replayed session).
+    """
+    batch: Batch | None = None
+    batch_key: object = None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -112,14 +163,39 @@ def parse_jsonl_messages(lines: Iterable[str]) -> Iterator[evstore.Message]:
             value = msgspec.json.decode(line)
         except msgspec.DecodeError as exc:
             raise InvalidInputError(f"line {number}: invalid JSON: {exc}") from None
+        key: object = None
+        if isinstance(value, dict) and "role" not in value and "rewind" in value:
+            rewind = value["rewind"]
+            to_seq: Any = rewind.get("to_seq") if isinstance(rewind, dict) else None
+            keep: Any = rewind.get("keep") if isinstance(rewind, dict) else None
+            if not _is_count(to_seq) or not (keep is None or _is_count(keep)):
+                raise InvalidInputError(f"line {number}: a rewind line needs an integer to_seq (and keep) of 0 or more")
+            if batch is not None:
+                yield batch
+                batch = None
+            yield Rewind(to_seq, keep, value["seq"] if _is_count(value.get("seq")) else None)
+            continue
         if isinstance(value, dict) and "message" in value and "role" not in value:
+            if _is_count(value.get("seq")):
+                key = (value.get("session"), value["seq"])
             value = value["message"]
-        elif isinstance(value, dict) and "rewind" in value and "role" not in value:
-            raise InvalidInputError(f"line {number} is a rewind event, not a message")
         try:
-            yield evstore._codec.validate_message(value)
+            message = evstore._codec.validate_message(value)
         except InvalidInputError as exc:
             raise InvalidInputError(f"line {number}: {exc}") from None
+        if batch is not None and (key is None or key != batch_key):
+            yield batch
+            batch = None
+        if batch is None:
+            batch = Batch([], key[1] if isinstance(key, tuple) else None)
+        batch.messages.append(message)
+        batch_key = key
+    if batch is not None:
+        yield batch
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 @cli.command()
@@ -149,22 +225,48 @@ def append(
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
+    if text is not None and as_jsonl:
+        raise click.UsageError("--jsonl reads standard input: give no TEXT")
     evstore._ids.validate_session_id(session)
     store = state.store
     raw = _read_input(text, store.max_event_bytes * (64 if as_jsonl else 1))
+    entries: list[Batch | Rewind]
     if as_jsonl:
-        messages = list(parse_jsonl_messages(raw.splitlines()))
-        if not messages:
+        entries = list(parse_jsonl_entries(raw.splitlines()))
+        if not any(isinstance(entry, Batch) for entry in entries):
             raise InvalidInputError("no messages in the input")
     elif as_json:
-        messages = [evstore._codec.decode_message_json(raw)]
+        entries = [Batch([evstore._codec.decode_message_json(raw)])]
     else:
-        messages = [{"role": role, "content": raw.removesuffix("\n") if text is None else raw}]
-    for message in messages:  # refuse oversized input before anything is written
-        evstore._codec.encode_body(evstore._codec.MessagesBody([message]), store.max_event_bytes)
-    writer = store.open(session, create=True, retention="ephemeral" if ephemeral else "permanent")
-    for i, message in enumerate(messages):
-        seq = writer.append(message, expected_head=expect_head if i == 0 else None)
+        entries = [Batch([{"role": role, "content": raw.removesuffix("\n") if text is None else raw}])]
+    for entry in entries:  # refuse oversized input before anything is written
+        if isinstance(entry, Batch):
+            evstore._codec.encode_body(evstore._codec.MessagesBody(entry.messages), store.max_event_bytes)
+    # with --expect-head N > 0 the session must exist already: never create one just to refuse it
+    create = expect_head is None or expect_head == 0
+    writer = store.open(session, create=create, retention="ephemeral" if ephemeral else "permanent")
+    if ephemeral and writer.manifest.retention != "ephemeral":
+        raise InvalidInputError(
+            f"session {session!r} exists and is {writer.manifest.retention}: retention is fixed when a session is"
+            f" created; drop --ephemeral, or fork it into an ephemeral copy (evstore fork {session} NEW --ephemeral)"
+        )
+    if expect_head is not None and writer.head != expect_head:
+        raise CommandError(
+            f"session {session!r} is at head {writer.head}, not {expect_head} (--expect-head): nothing was appended", 4
+        )
+    # A replayed session's seqs become this session's: a rewind to seq T of the source is a
+    # rewind to where the source's last event at or before T landed (the head before, if none).
+    new_seq: dict[int, int] = {}
+    base = writer.head
+    for i, entry in enumerate(entries):
+        expected = expect_head if i == 0 else None
+        if isinstance(entry, Rewind):
+            mapped = max((seq for seq in new_seq if seq <= entry.to_seq), default=None)
+            seq = writer.rewind(base if mapped is None else new_seq[mapped], keep=entry.keep, expected_head=expected)
+        else:
+            seq = writer.append(entry.messages, expected_head=expected)
+        if entry.seq is not None:
+            new_seq[entry.seq] = seq
         click.echo(seq)
 
 
@@ -298,11 +400,21 @@ def rewind(state: Context, session: str, to_seq: int) -> None:
 @session_argument
 @click.option("--expect", metavar="SEQ:HASH", help="Fail (exit 5) unless the session still extends this receipt.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--receipt", "receipt_only", is_flag=True, help="Print only the receipt, SEQ:HASH (for --expect later).")
 @pass_context
-def verify(state: Context, session: str, expect: str | None, as_json: bool) -> None:
-    """Check SESSION's chain, contiguity and (with a key) every tag; print its receipt."""
+def verify(state: Context, session: str, expect: str | None, as_json: bool, receipt_only: bool) -> None:
+    """Check SESSION's chain, contiguity and (with a key) every tag; print its receipt.
+
+    The last line of the text output is always ``receipt: SEQ:HASH``; --receipt
+    prints exactly ``SEQ:HASH`` and nothing else.
+    """
+    if as_json and receipt_only:
+        raise click.UsageError("--json and --receipt exclude each other")
     expected = Receipt.parse(expect) if expect else None
     result = state.store.verify(session, expect=expected)
+    if receipt_only:
+        click.echo(str(result.receipt))
+        return
     if as_json:
         click.echo(
             msgspec.json.encode(
@@ -337,7 +449,14 @@ def verify(state: Context, session: str, expect: str | None, as_json: bool) -> N
 def compact(state: Context, session: str, segment_size: int) -> None:
     """Pack runs of SESSION's events into segments so replay needs fewer requests."""
     made = state.store.compact(session, segment_size=segment_size)
-    click.echo(f"{len(made)} segments written" + (f" ({made[0][0]}-{made[-1][1]})" if made else ""))
+    if made:
+        click.echo(f"{len(made)} segments written ({made[0][0]}-{made[-1][1]})")
+        return
+    info = state.store.info(session)
+    click.echo(
+        f"0 segments written: a segment packs a full run of {segment_size} events (--segment-size) that no segment"
+        f" holds yet, and {session} has no such run (head {info.head}, {info.segments} segments already)"
+    )
 
 
 @cli.command()
@@ -395,7 +514,7 @@ def gc(
     verbose: bool,
 ) -> None:
     """Remove expired remnants, deleted sessions no fork needs, orphans and stale uploads."""
-    from evstore._gc import parse_duration, parse_time
+    from evstore._retention import parse_duration, parse_time
 
     if keep is not None and not prefix:
         raise click.UsageError("--keep needs --prefix (which sessions the count applies to)")
@@ -440,8 +559,15 @@ def lifecycle() -> None:
 @pass_context
 def lifecycle_apply(state: Context, ephemeral_days: int) -> None:
     """Install the rules (merged with the bucket's own; running it twice changes nothing)."""
-    changed, rules = state.store.apply_lifecycle(ephemeral_days)
-    click.echo(("installed" if changed else "unchanged") + f": {len(rules)} rules")
+    store = state.store
+    changed, rules = store.apply_lifecycle(ephemeral_days)
+    line = ("installed" if changed else "unchanged") + f": {len(rules)} rules"
+    if isinstance(store.backend, evstore.LocalStore | evstore.MemoryStore):
+        line = (
+            ("saved" if changed else "unchanged") + f": {len(rules)} rules, recorded with the store, but a local store never"
+            " runs lifecycle rules: run `evstore gc --apply-lifecycle` (e.g. daily) to expire ephemeral sessions"
+        )
+    click.echo(line)
 
 
 @lifecycle.command("show")
@@ -457,17 +583,17 @@ def lifecycle_show(state: Context) -> None:
 @pass_context
 def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
     """List the sessions and objects the installed rules will have expired by --at."""
-    from evstore._gc import parse_time
+    from evstore._retention import parse_time
 
     sessions: dict[str, int] = {}
-    for item in state.store.preview_lifecycle(parse_time(at_text)):
+    items = state.store.preview_lifecycle(parse_time(at_text))
+    if as_json:  # one JSON array, [] when nothing is due
+        write_json({"session": item.session_id, "key": item.key, "expires": item.expires} for item in items)
+        return
+    for item in items:
         sessions[item.session_id] = sessions.get(item.session_id, 0) + 1
-        if as_json:
-            click.echo(msgspec.json.encode({"session": item.session_id, "key": item.key, "expires": item.expires}).decode())
-        else:
-            click.echo(f"{item.expires.isoformat()}  {item.key}")
-    if not as_json:
-        click.echo(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
+        click.echo(f"{item.expires.isoformat()}  {item.key}")
+    click.echo(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
 
 
 @cli.command()
@@ -482,7 +608,11 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
             raise click.UsageError("--key-id needs --keyring")
         click.echo(evstore.generate_key())
         return
-    kid = evstore._crypto.add_key_to_file(keyring_path, key_id)
+    check_output_path(keyring_path)
+    try:
+        kid = evstore._crypto.add_key_to_file(keyring_path, key_id)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write keyring {keyring_path!r}: {exc.strerror or exc}") from None
     click.echo(f"added key {kid} to {keyring_path} and made it active")
 
 
@@ -491,3 +621,4 @@ def main() -> None:
 
 
 register(cli)
+register_doctor(cli)

@@ -42,20 +42,103 @@ def write_json(lines: Iterable[dict[str, Any]]) -> None:
     out.flush()
 
 
+#: Characters never written to a terminal as they are: C0 and C1 controls, DEL, and the
+#: bidirectional overrides and isolates (which reorder what the eye reads).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def neutral(text: str, *, newlines: bool = False) -> str:
+    """``text`` with every terminal control character (escape sequences, carriage returns,
+    backspaces, bidi overrides) written as a visible ``\\xNN``/``\\uNNNN`` escape, so stored
+    content can never clear the screen, move the cursor or spoof a line. Tabs stay; newlines
+    stay only when ``newlines`` (the caller indents the lines that follow)."""
+    return "".join(
+        _escape(c)
+        if (c < " " and c != "\t" and not (newlines and c == "\n")) or "\x7f" <= c <= "\x9f" or c in _BIDI
+        else c
+        for c in text
+    )
+
+
+def _compact_json(value: Any) -> str:
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, msgspec.EncodeError):
+        return str(value)
+
+
+def _block_text(block: Any) -> str:
+    """One content block: chat-completions/Responses parts and Bedrock/Strands blocks."""
+    if not isinstance(block, dict):
+        return str(block)
+    if isinstance(block.get("text"), str):
+        return str(block["text"])
+    use = block.get("toolUse")
+    if isinstance(use, dict):
+        return f"-> {use.get('name', '?')}({_compact_json(use.get('input', ''))}) [{use.get('toolUseId', '?')}]"
+    result = block.get("toolResult")
+    if isinstance(result, dict):
+        inner = " ".join(_block_text(part) for part in result.get("content") or [])
+        status = f" {result['status']}" if isinstance(result.get("status"), str) else ""
+        return f"<- [{result.get('toolUseId', '?')}]{status}: {inner}"
+    kind = block.get("type") or next(iter(block), "empty")
+    return f"({kind} block)"
+
+
+def _record_note(message: dict[str, Any]) -> str:
+    """What a message without text stands for: an adapter's record, or an item it wrapped."""
+    meta = message.get("meta")
+    if isinstance(meta, dict):
+        strands = meta.get("strands")
+        if isinstance(strands, dict):
+            kind = strands.get("kind", "?")
+            if kind == "message" and isinstance(strands.get("message"), dict):
+                return _text_of(strands["message"]) or "(strands message)"
+            record = strands.get("record")
+            name = strands.get("id") or (record.get("session_id") if isinstance(record, dict) else None)
+            return f"(strands {kind} record{f' {name}' if name else ''})"
+        item = meta.get("openai_item")
+        if isinstance(item, dict):
+            kind = item.get("type", "message")
+            if "output" in item:
+                output = item["output"]
+                return output if isinstance(output, str) else _compact_json(output)
+            if isinstance(item.get("content"), str | list):
+                return _text_of({"content": item["content"]}) or f"(openai {kind} item)"
+            summary = item.get("summary")
+            texts = [_block_text(part) for part in summary] if isinstance(summary, list) else []
+            return f"(openai {kind} item{': ' + ' '.join(texts) if any(texts) else ''})"
+        if meta:
+            return f"(no content; meta: {', '.join(map(str, meta))})"
+    return "(no content)" if message.get("role") in ("system", "tool") else ""
+
+
 def _text_of(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        text = " ".join(p for p in parts if p)
+        text = " ".join(part for part in map(_block_text, content) if part)
+    elif isinstance(content, str):
+        text = content
     else:
-        text = content or ""
+        text = "" if content is None else _compact_json(content)
     for call in message.get("tool_calls") or []:
         function = call.get("function", {}) if isinstance(call, dict) else {}
-        text += f"{' ' if text else ''}-> {function.get('name', '?')}({function.get('arguments', '')})"
+        function = function if isinstance(function, dict) else {}
+        call_id = f" [{call['id']}]" if isinstance(call, dict) and isinstance(call.get("id"), str) else ""
+        text += f"{' ' if text else ''}-> {function.get('name', '?')}({function.get('arguments', '')}){call_id}"
+    if not text:
+        text = _record_note(message)
     return text
 
 
 def render_text(lines: Iterable[dict[str, Any]]) -> None:
+    """One entry per message: ``[seq] role: text``; lines after the first of a multi-line
+    message are indented to where the text starts. Every stored string passes ``neutral``."""
     for line in lines:
         seq = f"[{line['seq']}] " if "seq" in line else ""
         if "rewind" in line:
@@ -64,13 +147,15 @@ def render_text(lines: Iterable[dict[str, Any]]) -> None:
             click.echo(f"{seq}(rewind to seq {rewind['to_seq']}{keep})")
             continue
         message = line["message"]
-        role = message.get("role", "?")
+        role = str(message.get("role", "?"))
         meta = message.get("meta")
         if isinstance(meta, dict) and meta.get("is_summary") is True:
             role += " (summary)"
         if message.get("role") == "tool" and message.get("tool_call_id"):
             role += f" [{message['tool_call_id']}]"
-        click.echo(f"{seq}{role}: {_text_of(message)}")
+        prefix = f"{seq}{neutral(role)}: "
+        text = neutral(_text_of(message), newlines=True)
+        click.echo(prefix + text.replace("\n", "\n" + " " * len(prefix)))
 
 
 def info_json(info: SessionInfo) -> dict[str, Any]:

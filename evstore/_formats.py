@@ -80,8 +80,11 @@ def parse_jsonl(lines: Iterable[str | bytes]) -> Iterator[Message]:
 
 
 def render_jsonl(messages: Iterable[Message]) -> Iterator[bytes]:
-    """One line (with its newline) per message."""
-    for message in messages:
+    """One line (with its newline) per message, as written, except the ``meta.chatcli_file``
+    entry an import from ChatCLI keeps in the first message: that is the ChatCLI file's own
+    fields, not part of any message, so a JSONL export leaves it out."""
+    _, history = split_chatcli_entry(messages)
+    for message in history:
         yield _encoder.encode(message) + b"\n"
 
 
@@ -118,15 +121,11 @@ def parse_chatcli(data: str | bytes) -> list[Message]:
     return [first, *messages[1:]]
 
 
-def render_chatcli(messages: Iterable[Message]) -> Any:
-    """The ChatCLI session file (a JSON value) for these messages.
-
-    The layout and fields come from the first message's ``meta.chatcli_file``
-    when the session was imported from ChatCLI; otherwise a v2 file with the
-    default fields.
-    """
+def split_chatcli_entry(messages: Iterable[Message]) -> tuple[dict[str, Any] | None, list[Message]]:
+    """The ``meta.chatcli_file`` entry of the first message (None if absent), and the messages
+    without it: the first one as it was in the ChatCLI file (no ``meta`` if it had none)."""
     history = list(messages)
-    entry: Any = None
+    entry: dict[str, Any] | None = None
     if history:
         meta = history[0].get("meta")
         if isinstance(meta, dict) and isinstance(meta.get(CHATCLI_META_KEY), dict):
@@ -136,6 +135,17 @@ def render_chatcli(messages: Iterable[Message]) -> Any:
             if rest or not entry.get("meta_added"):
                 first = {**history[0], "meta": rest}
             history[0] = first
+    return entry, history
+
+
+def render_chatcli(messages: Iterable[Message]) -> Any:
+    """The ChatCLI session file (a JSON value) for these messages.
+
+    The layout and fields come from the first message's ``meta.chatcli_file``
+    when the session was imported from ChatCLI; otherwise a v2 file with the
+    default fields.
+    """
+    entry, history = split_chatcli_entry(messages)
     if entry is not None and entry.get("layout") == "list":
         return history
     fields = entry.get("fields") if entry is not None else None

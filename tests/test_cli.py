@@ -85,7 +85,7 @@ def test_a_second_writer_racing_for_a_seq_gets_exit_4_and_nothing_is_overwritten
 ) -> None:
     assert run("append", "s", "first", "--expect-head", "0").output == "1\n"
     result = run("append", "s", "second", "--expect-head", "0")
-    assert "seq 1" in one_line_error(result, 4)
+    assert "at head 1, not 0" in one_line_error(result, 4)
     assert run("replay", "s").output == "[1] user: first\n"
 
 
