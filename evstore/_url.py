@@ -68,15 +68,43 @@ def open_backend(
         from ._backends._s3 import S3Store  # boto3 is slow to import: only when needed
 
         endpoint = endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
+        if endpoint is not None:
+            check_endpoint_url(endpoint)
         return S3Store(bucket, endpoint_url=endpoint), root
     raise InvalidInputError(f"unsupported store URL {url[:100]!r}: use s3://bucket[/root], file:///path or memory://")
+
+
+def check_endpoint_url(endpoint: str) -> None:
+    """``InvalidInputError`` unless ``endpoint`` is an ``http://`` or ``https://`` URL with a host."""
+    try:
+        parsed = urllib.parse.urlsplit(endpoint)
+        parsed.port  # noqa: B018  (a port that is not a number raises here)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname or not endpoint.isprintable():
+        hint = f": use http://{endpoint} (or https://)" if endpoint.isprintable() and "://" not in endpoint else ""
+        raise InvalidInputError(f"endpoint URL {endpoint[:100]!r} is not http(s)://HOST[:PORT]{hint}")
+
+
+def check_credentials(backend: ObjectStore) -> None:
+    """No credentials at all is a configuration mistake: say what to set, before any request.
+
+    boto3 resolves its credential chain (environment, profile files, instance roles) when the
+    client is made; ``None`` there means every request would fail with ``NoCredentialsError``.
+    """
+    signer = getattr(getattr(backend, "client", None), "_request_signer", None)
+    if signer is not None and getattr(signer, "_credentials", False) is None:
+        raise InvalidInputError(
+            "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+            " (a profile in ~/.aws/credentials), or run where an instance role provides them"
+        )
 
 
 def open_store(
     url: str | None = None,
     *,
     endpoint_url: str | None = None,
-    keyring: Keyring | None = None,
+    keyring: Keyring | str | os.PathLike[str] | None = None,
     require_encryption: bool | None = None,
     environ: Mapping[str, str] | None = None,
     **options: object,
@@ -84,14 +112,21 @@ def open_store(
     """Open the store a URL names (default: ``EVSTORE_STORE``, else the local data directory).
 
     Keys come from ``EVSTORE_KEY``/``EVSTORE_KEYRING`` unless ``keyring`` is
-    given; ``EVSTORE_REQUIRE_ENCRYPTION=1`` refuses plaintext sessions.
+    given (a ``Keyring``, or the path of a keyring file); ``EVSTORE_REQUIRE_ENCRYPTION=1`` refuses plaintext sessions.
     ``EVSTORE_AUTO_COMPACT=N`` makes writers pack their runs into segments of N events.
     ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``clock``).
     """
     env = os.environ if environ is None else environ
     backend, root = open_backend(url or default_store_url(env), endpoint_url=endpoint_url, environ=env)
+    check_credentials(backend)
     if keyring is None:
         keyring = Keyring.from_env(env)
+    elif isinstance(keyring, str | os.PathLike):
+        keyring = Keyring.from_file(keyring)
+    elif not isinstance(keyring, Keyring):
+        raise InvalidInputError(
+            f"keyring must be an evstore.Keyring or the path of a keyring file, not {type(keyring).__name__}"
+        )
     if require_encryption is None:
         require_encryption = env.get("EVSTORE_REQUIRE_ENCRYPTION", "").strip().lower() in _TRUE
     if "auto_compact" not in options and env.get("EVSTORE_AUTO_COMPACT"):
