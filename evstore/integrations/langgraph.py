@@ -113,6 +113,11 @@ _PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 _STRATEGIES = ("keep_latest", "delete")
 #: Checkpoint summaries a saver keeps per session (id -> seq, refs); older ones are re-read when needed.
 _CACHE_LIMIT = 4096
+#: Sessions a saver keeps state for (writer, caches), least recently used dropped first.
+_STATES_LIMIT = 1024
+#: Base64 characters of channel values a saver keeps per session, so that a value that has not
+#: changed for many steps costs no request to read again (events are immutable).
+_RECORDS_BUDGET = 256 * 1024
 
 Record = dict[str, Any]
 
@@ -288,6 +293,19 @@ class _State:
         self.blobs: dict[tuple[str, str], int] = {}  # (channel, repr(version)) -> seq of its blob
         self.wkeys: dict[str, set[tuple[str, int]]] = {}  # checkpoint id -> (task_id, idx) stored
         self.pre: dict[str, list[int]] = {}  # checkpoint id not yet put -> seqs of its writes
+        self.records: dict[int, Record] = {}  # seq -> checkpoint event with small channel values
+        self.records_chars = 0
+
+    def keep(self, seq: int, record: Record) -> None:
+        """Keep a checkpoint event's record to read its channel values from memory later."""
+        size = sum(len(blob[1]) for blob in (record.get("b") or {}).values())
+        if not size or size > _RECORDS_BUDGET // 4 or seq in self.records:
+            return
+        while self.records and self.records_chars + size > _RECORDS_BUDGET:
+            oldest = next(iter(self.records))
+            self.records_chars -= sum(len(b[1]) for b in (self.records.pop(oldest).get("b") or {}).values())
+        self.records[seq] = record
+        self.records_chars += size
 
     def remember(self, checkpoint_id: str, info: _Info) -> None:
         if len(self.infos) >= _CACHE_LIMIT:
@@ -345,9 +363,12 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
 
     def _state(self, session_id: str) -> _State:
         with self._states_lock:
-            state = self._states.get(session_id)
+            state = self._states.pop(session_id, None)
             if state is None:
-                state = self._states[session_id] = _State(session_id)
+                state = _State(session_id)
+                if len(self._states) >= _STATES_LIMIT:
+                    del self._states[next(iter(self._states))]
+            self._states[session_id] = state  # most recently used last
             return state
 
     def _forget(self, session_id: str) -> None:
@@ -390,16 +411,22 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         return self.serde.loads_typed((typed[0], data))
 
     def _refresh(self, state: _State) -> bool:
-        """Bring the writer to the session's head (what a later put must extend); False if none."""
-        try:
-            if state.writer is None:
-                state.writer = self.store.open(state.session_id)
-                state.known_head = 0  # nothing of this session is known yet
-            else:
+        """Bring the writer to the session's head (what a later put must extend); False if none.
+
+        A session deleted (and perhaps created again) since is opened afresh, its caches dropped.
+        """
+        if state.writer is not None:
+            try:
                 state.writer.refresh()
+                return True
+            except SessionNotFoundError:
+                self._reset(state)
+        try:
+            state.writer = self.store.open(state.session_id)
         except SessionNotFoundError:
             self._reset(state)
             return False
+        state.known_head = 0  # nothing of this incarnation is known yet
         return True
 
     def _reset(self, state: _State) -> None:
@@ -410,6 +437,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         state.blobs.clear()
         state.wkeys.clear()
         state.pre.clear()
+        state.records.clear()
+        state.records_chars = 0
 
     def _learn(self, state: _State, fold: _Fold, *, whole: bool) -> None:
         """Adopt what a fold read: the latest checkpoint and summaries of the checkpoints seen."""
@@ -425,14 +454,14 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             state.lcp, state.lid = fold.lcp, fold.lid
 
     def _tuple(
-        self, thread_id: str, checkpoint_ns: str, session_id: str, fold: _Fold, checkpoint_id: str
+        self, thread_id: str, checkpoint_ns: str, session_id: str, fold: _Fold, checkpoint_id: str, state: _State | None = None
     ) -> CheckpointTuple | None:
         found = fold.live.get(checkpoint_id)
         if found is None:
             return None
         seq, record = found
         checkpoint: Checkpoint = self._decode(record["c"], session_id, seq)
-        checkpoint["channel_values"] = self._values(session_id, fold, record)
+        checkpoint["channel_values"] = self._values(session_id, fold, record, state)
         metadata: CheckpointMetadata = self._decode(record["m"], session_id, seq)
         pending: list[PendingWrite] = [
             (task, channel, self._decode(typed, session_id, None)) for task, channel, typed in fold.ordered_writes(checkpoint_id)
@@ -446,10 +475,10 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             pending_writes=pending,
         )
 
-    def _values(self, session_id: str, fold: _Fold, record: Record) -> dict[str, Any]:
+    def _values(self, session_id: str, fold: _Fold, record: Record, state: _State | None) -> dict[str, Any]:
         """The checkpoint's channel values: each from the event its ref names (read if not folded)."""
         refs: dict[str, list[Any]] = record.get("r") or {}
-        self._fetch(session_id, fold, {ref[0] for ref in refs.values()})
+        self._fetch(session_id, fold, {ref[0] for ref in refs.values()}, state)
         values = {}
         for channel, (seq, _) in refs.items():
             blob = (fold.records[seq].get("b") or {}).get(channel)
@@ -458,9 +487,18 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             values[channel] = self._decode(blob, session_id, seq)
         return values
 
-    def _fetch(self, session_id: str, fold: _Fold, seqs: Iterable[int]) -> None:
-        """Read the events at ``seqs`` the fold lacks, one replay per run of consecutive seqs."""
-        missing = sorted(s for s in set(seqs) if s not in fold.records)
+    def _fetch(self, session_id: str, fold: _Fold, seqs: Iterable[int], state: _State | None = None) -> None:
+        """Read the events at ``seqs`` the fold lacks (from ``state``'s cache when it has them),
+        one replay per run of consecutive seqs; keep what was read in the cache."""
+        wanted = set(seqs)
+        if state is not None:
+            for seq, record in fold.records.items():
+                if seq in wanted:
+                    state.keep(seq, record)
+            for seq in wanted - set(fold.records):
+                if seq in state.records:
+                    fold.records[seq] = state.records[seq]
+        missing = sorted(s for s in wanted if s not in fold.records)
         runs: list[list[int]] = []
         for seq in missing:
             if runs and seq == runs[-1][-1] + 1:
@@ -470,6 +508,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         for run in runs:
             for seq, record in self._read(session_id, run[0], run[-1]):
                 fold.records[seq] = record
+                if state is not None:
+                    state.keep(seq, record)
             for seq in run:
                 if seq not in fold.records:
                     raise IntegrityError(session_id, seq, "an event a checkpoint refers to is not a LangGraph record")
@@ -537,7 +577,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 if latest is None or state.lid is None:
                     return None
                 fold, checkpoint_id = latest, state.lid
-            return self._tuple(thread_id, checkpoint_ns, session_id, fold, checkpoint_id)
+            return self._tuple(thread_id, checkpoint_ns, session_id, fold, checkpoint_id, state)
 
     def list(
         self,
@@ -702,6 +742,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 raise
             state.known_head, state.lcp, state.lid = writer.head, lcp, lid
             state.remember(checkpoint["id"], _Info(seq, record))
+            state.keep(seq, record)
             for channel, version in new_versions.items():
                 if channel in blobs:
                     state.blobs[_version_key(channel, version)] = seq
@@ -914,7 +955,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             refs: dict[str, list[Any]] = record.get("r") or {}
             here = [ch for ch in remaining if ch in refs]
             if here:
-                self._fetch(session_id, fold, {refs[ch][0] for ch in here})
+                self._fetch(session_id, fold, {refs[ch][0] for ch in here}, state)
                 for ch in here:
                     blob_seq = refs[ch][0]
                     seeds[ch] = self._decode(fold.records[blob_seq]["b"][ch], session_id, blob_seq)

@@ -1,0 +1,514 @@
+"""EvstoreSaver, the LangGraph checkpointer: LangGraph's own conformance suite (grade FULL,
+every capability) over memory and moto's server, request and byte counts, conflicts
+between writers, and a real graph interrupted and resumed in a new process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.serde.types import ERROR
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+from evstore import AsyncStore, InvalidInputError, LocalStore, MemoryStore, Store, WriteConflictError
+from evstore._ids import validate_session_id
+from evstore.integrations.langgraph import EvstoreSaver, decode_session_id, session_id_for
+
+from .conftest import new_bucket
+from .helpers import CountingStore
+from .scripts.langgraph_graph import build, summary
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
+    configurable = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+# ---- LangGraph's conformance suite ------------------------------------------------------------------
+
+
+def run_conformance(make_store: Any) -> dict[str, Any]:
+    @checkpointer_test(name="EvstoreSaver")
+    async def factory() -> AsyncIterator[EvstoreSaver]:
+        yield EvstoreSaver(make_store())
+
+    return asyncio.run(validate(factory)).to_dict()
+
+
+def assert_full(report: dict[str, Any]) -> None:
+    assert report["conformance_level"] == "FULL", report
+    assert set(report["results"]) == {c.value for c in ALL_CAPABILITIES}
+    for name, result in report["results"].items():
+        assert result["detected"] is True, name
+        assert result["passed"] is True, (name, result["failures"])
+        assert result["tests_failed"] == 0 and result["tests_passed"] > 0, (name, result)
+
+
+def test_conformance_full_over_memory() -> None:
+    assert_full(run_conformance(lambda: Store(MemoryStore(), root="lg")))
+
+
+def test_conformance_full_over_moto_server(moto_endpoint: str) -> None:
+    assert_full(run_conformance(lambda: Store(new_bucket(moto_endpoint), root="lg")))
+
+
+# ---- session ids -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(min_size=1, max_size=200),
+    st.one_of(st.just(""), st.just("child:abc"), st.text(max_size=300)),
+    st.sampled_from(["lg-", "x", "agents_lg-"]),
+)
+def test_session_ids_are_valid_and_reversible(thread: str, ns: str, prefix: str) -> None:
+    try:
+        sid = session_id_for(prefix, thread, ns)
+    except InvalidInputError:  # lone surrogates are not text
+        with pytest.raises(UnicodeEncodeError):
+            (thread + ns).encode("utf-8")
+        return
+    assert validate_session_id(sid) == sid
+    decoded = decode_session_id(prefix, sid)
+    assert decoded is not None
+    assert decoded[0] in (thread, None) and decoded[1] in (ns, None)
+    if len(prefix) + len(thread.encode()) * 3 <= 80:  # short enough to be escaped, never hashed
+        assert decoded[0] == thread
+    assert session_id_for(prefix, thread, ns) == sid  # deterministic
+    if ns:
+        assert sid.startswith(session_id_for(prefix, thread) + ".")
+
+
+def test_readable_session_ids_and_refusals() -> None:
+    assert session_id_for("lg-", "3f2a0c1e-1111-4222-8333-944455556666", "child:abc") == (
+        "lg-3f2a0c1e-1111-4222-8333-944455556666.child_3aabc"
+    )
+    assert session_id_for("lg-", "a.b_c") == "lg-a_2eb_5fc"
+    with pytest.raises(InvalidInputError, match="non-empty"):
+        session_id_for("lg-", "")
+    with pytest.raises(InvalidInputError, match="prefix"):
+        EvstoreSaver(Store(MemoryStore()), prefix="-bad")
+    saver = EvstoreSaver(Store(MemoryStore()))
+    with pytest.raises(InvalidInputError, match="thread_id"):
+        saver.get_tuple({"configurable": {}})
+    with pytest.raises(InvalidInputError, match="strategy"):
+        saver.prune(["t"], strategy="everything")
+
+
+def test_long_thread_ids_and_namespaces_are_hashed_and_recovered() -> None:
+    saver = EvstoreSaver(Store(MemoryStore(), root="lg"))
+    thread, ns = "t" * 70 + ":é" * 20, "|".join(f"sub{i}:{'9' * 36}" for i in range(3))
+    other = "copy-" + "u" * 90
+    stored = put(saver, cfg(thread, ns), {"k": "v"})
+    put(saver, cfg(thread), {"k": "root"})
+    sessions = list(saver.store.list_sessions("lg-"))
+    assert all(len(s) <= 128 for s in sessions) and any("_h" in s for s in sessions)
+    found = {(t.config["configurable"]["thread_id"], t.config["configurable"]["checkpoint_ns"]) for t in saver.list(None)}
+    assert found == {(thread, ns), (thread, "")}
+    saver.copy_thread(thread, other)
+    copied = saver.get_tuple(cfg(other, ns))
+    assert copied is not None and copied.checkpoint["id"] == stored["configurable"]["checkpoint_id"]
+    assert copied.checkpoint["channel_values"] == {"k": "v"}
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {thread, other}
+
+
+# ---- helpers for raw puts --------------------------------------------------------------------------
+
+
+def checkpoint(values: dict[str, Any], versions: dict[str, Any], step: int) -> Checkpoint:
+    cp = empty_checkpoint()
+    cp["id"] = str(uuid6(clock_seq=step))
+    cp["channel_values"] = dict(values)
+    cp["channel_versions"] = dict(versions)
+    return cp
+
+
+def put(saver: EvstoreSaver, config: Any, values: dict[str, Any], step: int = 0) -> Any:
+    versions = {k: saver.get_next_version(None, None) for k in values}
+    return saver.put(config, checkpoint(values, versions, step), {"source": "loop", "step": step}, versions)
+
+
+def grow(saver: EvstoreSaver, thread: str, steps: int, big: str) -> tuple[Any, dict[str, Any]]:
+    """``steps`` checkpoints: ``big`` written once, ``counter`` changed at every step, two writes each."""
+    versions: dict[str, Any] = {}
+    config = cfg(thread)
+    for step in range(steps):
+        new = {"counter": saver.get_next_version(versions.get("counter"), None)}
+        if step == 0:
+            new["big"] = saver.get_next_version(None, None)
+        versions.update(new)
+        values = {"counter": step, "big": big}  # LangGraph passes every channel's value
+        config = saver.put(config, checkpoint(values, versions, step), {"source": "loop", "step": step}, new)
+        saver.put_writes(config, [("counter", step + 1), ("log", f"step {step}")], f"task-{step}", "~")
+    return config, versions
+
+
+def stored_bytes(store: Store) -> int:
+    return sum(info.size for info in store.backend.list(""))
+
+
+# ---- request and byte counts -------------------------------------------------------------------------
+
+
+def latest_cost(steps: int) -> tuple[int, int, CheckpointTuple]:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg")
+    grow(EvstoreSaver(store), "long", steps, "B" * 1000)
+    fresh = EvstoreSaver(store)  # a new process: nothing in memory
+    counting.reset()
+    cold = fresh.get_tuple(cfg("long"))
+    cold_requests = counting.total
+    counting.reset()
+    warm = fresh.get_tuple(cfg("long"))
+    assert cold is not None and warm is not None and warm.checkpoint == cold.checkpoint
+    return cold_requests, counting.total, cold
+
+
+def test_latest_get_tuple_costs_the_same_at_5_and_200_checkpoints() -> None:
+    cold_5, warm_5, short = latest_cost(5)
+    cold_200, warm_200, long = latest_cost(200)
+    assert (cold_5, warm_5) == (cold_200, warm_200)
+    assert warm_200 < cold_200
+    for found, steps in ((short, 5), (long, 200)):
+        assert found.checkpoint["channel_values"] == {"counter": steps - 1, "big": "B" * 1000}
+        assert found.metadata["step"] == steps - 1
+        task = f"task-{steps - 1}"
+        assert found.pending_writes == [(task, "counter", steps), (task, "log", f"step {steps - 1}")]
+
+
+def test_put_stores_only_changed_channels() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg")
+    saver = EvstoreSaver(store)
+    big = "x" * 200_000
+    config, versions = grow(saver, "t", 1, big)
+    after_1 = stored_bytes(store)
+    assert after_1 > len(big)
+    config, versions = grow_more(saver, config, versions, big, 1, 11)
+    after_11 = stored_bytes(store)
+    config, versions = grow_more(saver, config, versions, big, 11, 21)
+    after_21 = stored_bytes(store)
+    # ten steps add the same, small amount each time: the big channel is stored once
+    assert after_11 - after_1 < len(big) // 10
+    assert abs((after_21 - after_11) - (after_11 - after_1)) < (after_11 - after_1) // 4
+    # a steady-state put and put_writes are one PUT each, nothing else
+    counting.reset()
+    grow_more(saver, config, versions, big, 21, 22)
+    assert counting.counts == {"PUT": 2}
+    found = EvstoreSaver(store).get_tuple(cfg("t"))
+    assert found is not None and found.checkpoint["channel_values"] == {"counter": 21, "big": big}
+
+
+def grow_more(
+    saver: EvstoreSaver, config: Any, versions: dict[str, Any], big: str, first: int, end: int
+) -> tuple[Any, dict[str, Any]]:
+    for step in range(first, end):
+        new = {"counter": saver.get_next_version(versions["counter"], None)}
+        versions = {**versions, **new}
+        config = saver.put(config, checkpoint({"counter": step, "big": big}, versions, step), {"step": step}, new)
+        saver.put_writes(config, [("counter", step + 1)], f"task-{step}")
+    return config, versions
+
+
+def test_put_writes_is_idempotent_per_task_and_index() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg")
+    saver = EvstoreSaver(store)
+    stored = put(saver, cfg("t"), {"a": 1})
+    counting.reset()
+    saver.put_writes(stored, [("a", 2), ("b", 3)], "task-1")
+    assert counting.counts == {"PUT": 1}
+    counting.reset()
+    saver.put_writes(stored, [("a", 2), ("b", 3)], "task-1")  # a retry: nothing new
+    assert counting.total == 0
+    other = EvstoreSaver(store)  # another process retrying the same task: reads, appends nothing
+    other.get_tuple(cfg("t"))
+    counting.reset()
+    other.put_writes(stored, [("a", 2), ("b", 3), ("c", 4)], "task-1")
+    assert counting.counts["PUT"] == 1  # only ("c", 4), index 2, is new
+    saver.get_tuple(cfg("t"))
+    saver.put_writes(stored, [(ERROR, "first")], "task-2")
+    saver.put_writes(stored, [(ERROR, "second")], "task-2")  # special channels: the latest wins
+    found = EvstoreSaver(store).get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [
+        ("task-1", "a", 2),
+        ("task-1", "b", 3),
+        ("task-1", "c", 4),
+        ("task-2", ERROR, "second"),
+    ]
+
+
+# ---- two writers --------------------------------------------------------------------------------------
+
+
+def test_stale_writer_gets_a_conflict_not_an_overwrite() -> None:
+    store = Store(MemoryStore(), root="lg")
+    first, second = EvstoreSaver(store), EvstoreSaver(store)  # two processes
+    base = put(first, cfg("t"), {"answer": "draft"}, 0)
+    seen = second.get_tuple(cfg("t"))
+    assert seen is not None and seen.checkpoint["id"] == base["configurable"]["checkpoint_id"]
+    ahead = put(first, cfg("t", checkpoint_id=base["configurable"]["checkpoint_id"]), {"answer": "A"}, 1)
+    with pytest.raises(WriteConflictError):
+        put(second, cfg("t", checkpoint_id=base["configurable"]["checkpoint_id"]), {"answer": "B"}, 2)
+    with pytest.raises(WriteConflictError):
+        second.put_writes(base, [("answer", "B")], "task-b")
+    latest = EvstoreSaver(store).get_tuple(cfg("t"))
+    assert latest is not None and latest.checkpoint["id"] == ahead["configurable"]["checkpoint_id"]
+    assert latest.checkpoint["channel_values"] == {"answer": "A"} and latest.pending_writes == []
+    assert len(list(first.list(cfg("t")))) == 2
+    # after reading the thread again, the second writer continues from what is there
+    again = second.get_tuple(cfg("t"))
+    assert again is not None and again.checkpoint["id"] == ahead["configurable"]["checkpoint_id"]
+    put(second, cfg("t", checkpoint_id=ahead["configurable"]["checkpoint_id"]), {"answer": "B"}, 3)
+    assert [t.checkpoint["channel_values"]["answer"] for t in first.list(cfg("t"))] == ["B", "A", "draft"]
+
+
+class Counter(TypedDict, total=False):
+    total: int
+
+
+def test_a_graph_run_overtaken_by_another_process_fails_with_a_conflict() -> None:
+    store = Store(MemoryStore(), root="lg")
+    config: Any = {"configurable": {"thread_id": "shared"}}
+    other = counting_graph(EvstoreSaver(store), None)
+    other.invoke({"total": 1}, config)
+
+    def meanwhile() -> None:  # while this run's node works, another process runs the same thread
+        other.invoke({"total": 10}, config, durability="sync")
+
+    slow = counting_graph(EvstoreSaver(store), meanwhile)
+    with pytest.raises(WriteConflictError):
+        slow.invoke({"total": 100}, config, durability="sync")
+    state = counting_graph(EvstoreSaver(store), None).get_state(config)
+    # the other run read this run's input checkpoint (+100) and finished (+10, +1); this run's
+    # node result (+1), computed from a state the other run overtook, was refused, not stored
+    assert state.values == {"total": 1 + 1 + 100 + 10 + 1}
+    assert state.next == ()
+
+
+def counting_graph(saver: BaseCheckpointSaver[Any], during: Any) -> Any:
+    class State(TypedDict, total=False):
+        total: Annotated[int, operator.add]
+
+    def bump(state: State) -> dict[str, int]:
+        if during is not None:
+            during()
+        return {"total": 1}
+
+    builder = StateGraph(State)
+    builder.add_node("bump", bump)
+    builder.add_edge(START, "bump")
+    builder.add_edge("bump", END)
+    return builder.compile(checkpointer=saver)
+
+
+# ---- a real graph: interrupt, resume in a new process, time travel ----------------------------------
+
+
+def test_graph_interrupts_resumes_in_a_new_process_and_travels_in_time(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'store'}"
+    config: Any = {"configurable": {"thread_id": "trip-1"}}
+    graph = build(EvstoreSaver(Store(LocalStore(tmp_path / "store"))))
+    first = graph.invoke({"request": "plan a trip"}, config)
+    assert [i.value["draft"] for i in first["__interrupt__"]] == ["draft: plan a trip"]
+    assert graph.get_state(config).next == ("review",)
+
+    resumed = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "scripts" / "langgraph_graph.py"), url, "trip-1", "approved"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    out = json.loads(resumed.stdout)
+    assert out["next_before"] == ["review"]
+    expected = [
+        ["HumanMessage", "plan a trip"],
+        ["AIMessage", "draft: plan a trip"],
+        ["AIMessage", "final (approved): draft: plan a trip"],
+    ]
+    assert out["result"] == {"request": "plan a trip", "decision": "approved", "messages": expected}
+
+    # this process sees what the other one wrote, through a saver that has read nothing yet
+    graph = build(EvstoreSaver(Store(LocalStore(tmp_path / "store"))))
+    state = graph.get_state(config)
+    assert state.next == () and summary(state.values)["messages"] == expected
+
+    # time travel: change the request at the checkpoint before the model ran, and continue from there
+    history = list(graph.get_state_history(config))
+    before_model = next(s for s in history if s.next == ("model",))
+    forked = graph.update_state(before_model.config, {"request": "plan a hike"})
+    assert forked["configurable"]["checkpoint_id"] != before_model.config["configurable"]["checkpoint_id"]
+    again = graph.invoke(None, forked)
+    assert [i.value["draft"] for i in again["__interrupt__"]] == ["draft: plan a hike"]
+    done = graph.invoke(Command(resume="yes"), config)
+    assert summary(done)["messages"] == [
+        ["HumanMessage", "plan a hike"],
+        ["AIMessage", "draft: plan a hike"],
+        ["AIMessage", "final (yes): draft: plan a hike"],
+    ]
+    # the first branch is still in the thread's history, unchanged
+    old_final = graph.get_state(history[0].config)
+    assert summary(old_final.values)["messages"] == expected
+    assert len(list(graph.get_state_history(config))) > len(history)
+
+
+def test_async_graph_and_cancelled_put_settles() -> None:
+    store = Store(MemoryStore(), root="lg")
+    saver = EvstoreSaver(store)
+    graph = build(saver)
+    config: Any = {"configurable": {"thread_id": "async-1"}}
+
+    async def run() -> None:
+        first = await graph.ainvoke({"request": "write a poem"}, config)
+        assert "__interrupt__" in first
+        done = await graph.ainvoke(Command(resume="fine"), config)
+        assert done["decision"] == "fine"
+
+        values = {"k": "v"}
+        versions = {"k": saver.get_next_version(None, None)}
+        cp = checkpoint(values, versions, 9)
+        task = asyncio.ensure_future(saver.aput(cfg("cancel"), cp, {"step": 9}, versions))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError) as raised:
+            await task
+        outcome = AsyncStore.outcome(raised.value)
+        assert outcome is not None
+        found = await saver.aget_tuple(cfg("cancel"))
+        # a put that started was settled before the cancellation went through: it is stored iff it succeeded
+        assert (found is not None) == (outcome.started and outcome.ok)
+
+    asyncio.run(run())
+    assert EvstoreSaver(store).get_tuple(config) is not None
+
+
+# ---- delta channels, prune and delete_for_runs ------------------------------------------------------
+
+
+def extend(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    return [*state, *(item for write in writes for item in write)]
+
+
+class Items(TypedDict, total=False):
+    items: Annotated[list[str], DeltaChannel(extend, snapshot_frequency=3)]
+
+
+def delta_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    def add(state: Items) -> dict[str, list[str]]:
+        return {"items": [f"item-{len(state.get('items', []))}"]}
+
+    builder = StateGraph(Items)
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_delta_channel_history_matches_the_parent_chain_walk_and_survives_prune() -> None:
+    store = Store(MemoryStore(), root="lg")
+    saver = EvstoreSaver(store)
+    graph = delta_graph(saver)
+    config: Any = {"configurable": {"thread_id": "delta"}}
+    for _ in range(7):
+        graph.invoke({"items": []}, config)
+    expected = [f"item-{i}" for i in range(7)]
+    assert delta_graph(EvstoreSaver(store)).get_state(config).values["items"] == expected
+    for snapshot in list(graph.get_state_history(config))[:6]:
+        target = snapshot.config
+        ours = EvstoreSaver(store).get_delta_channel_history(config=target, channels=["items"])
+        reference = BaseCheckpointSaver.get_delta_channel_history(saver, config=target, channels=["items"])
+        assert ours == reference
+    latest = saver.get_delta_channel_history(config=config, channels=["items"])
+    assert "seed" in latest["items"] or latest["items"]["writes"]
+
+    saver.prune(["delta"], strategy="keep_latest")
+    assert len(list(saver.list(config))) == 1
+    # the retracted ancestors still rebuild the remaining checkpoint's state
+    assert delta_graph(EvstoreSaver(store)).get_state(config).values["items"] == expected
+    graph.invoke({"items": []}, config)
+    assert delta_graph(EvstoreSaver(store)).get_state(config).values["items"] == [*expected, "item-7"]
+
+
+def test_prune_and_delete_for_runs_retract_and_delete_thread_frees() -> None:
+    store = Store(MemoryStore(), root="lg")
+    saver = EvstoreSaver(store)
+    first = saver.put(cfg("t"), checkpoint({}, {}, 0), {"run_id": "run-1", "step": 0}, {})
+    after_first = cfg("t", checkpoint_id=first["configurable"]["checkpoint_id"])
+    second = saver.put(after_first, checkpoint({}, {}, 1), {"run_id": "run-2"}, {})
+    saver.put(cfg("other"), checkpoint({}, {}, 2), {"run_id": "run-1"}, {})
+    before = stored_bytes(store)
+    saver.delete_for_runs(["run-1"])
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("t"))] == [second["configurable"]["checkpoint_id"]]
+    assert saver.get_tuple(cfg("other")) is None and saver.get_tuple(first) is None
+    assert stored_bytes(store) > before  # a retraction is one more event: nothing was freed
+    # the audit view keeps what was retracted
+    assert sum(1 for _ in store.replay(session_id_for("lg-", "t"))) == 3
+    saver.delete_thread("t")
+    saver.delete_thread("other")
+    assert stored_bytes(store) == 0
+    assert saver.get_tuple(cfg("t")) is None
+
+
+def test_copy_thread_is_a_fork_of_constant_cost() -> None:
+    costs = []
+    for steps in (3, 60):
+        counting = CountingStore(MemoryStore())
+        store = Store(counting, root="lg")
+        saver = EvstoreSaver(store)
+        grow(saver, "src", steps, "b")
+        counting.reset()
+        saver.copy_thread("src", "dst")
+        costs.append(counting.total)
+        source, copy = saver.get_tuple(cfg("src")), saver.get_tuple(cfg("dst"))
+        assert source is not None and copy is not None
+        assert copy.checkpoint == source.checkpoint and copy.pending_writes == source.pending_writes
+        assert copy.config["configurable"]["thread_id"] == "dst"
+        put(saver, cfg("dst", checkpoint_id=copy.checkpoint["id"]), {"counter": -1}, 99)
+        after = saver.get_tuple(cfg("src"))
+        assert after is not None and after.checkpoint["id"] == source.checkpoint["id"]  # the source is untouched
+    assert costs[0] == costs[1]
+
+
+def test_a_thread_deleted_and_written_again_elsewhere_is_read_afresh() -> None:
+    store = Store(MemoryStore(), root="lg")
+    reader, other = EvstoreSaver(store), EvstoreSaver(store)
+    put(other, cfg("t"), {"k": "old"})
+    seen = reader.get_tuple(cfg("t"))
+    assert seen is not None and seen.checkpoint["channel_values"] == {"k": "old"}
+    other.delete_thread("t")
+    assert reader.get_tuple(cfg("t")) is None
+    put(other, cfg("t"), {"k": "new"})  # a new session at the same seqs
+    again = reader.get_tuple(cfg("t"))
+    assert again is not None and again.checkpoint["channel_values"] == {"k": "new"}
+    other.delete_thread("t")
+    put(other, cfg("t"), {"k": "newer"})
+    latest = reader.get_tuple(cfg("t"))  # the reader's writer is of a deleted incarnation: it reopens
+    assert latest is not None and latest.checkpoint["channel_values"] == {"k": "newer"}
+
+
+def test_import_evstore_does_not_import_langgraph() -> None:
+    code = "import sys, evstore; print(sorted(m for m in sys.modules if m.startswith(('langgraph', 'langchain'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"
