@@ -1,4 +1,5 @@
-"""benchmarks/latency_proxy.py: counting, the dependency depth, the delay, and bodies passing through.
+"""benchmarks/latency_proxy.py: counting, the dependency depth, the delay, and bodies passing through;
+and a smoke run of benchmarks/resume.py.
 
 A tiny HTTP server on 127.0.0.1 stands upstream; one test goes through to moto's server with boto3.
 Timing is asserted only as lower bounds (a delay can only add time), never as upper bounds.
@@ -7,12 +8,16 @@ Timing is asserted only as lower bounds (a delay can only add time), never as up
 from __future__ import annotations
 
 import http.client
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +26,7 @@ from benchmarks.latency_proxy import LatencyProxy, request_kind
 
 from .conftest import free_port
 
+REPO = Path(__file__).resolve().parent.parent
 BIG = bytes(range(256)) * 1200  # 300 KiB: several pieces of the proxy's relay loop
 
 
@@ -254,3 +260,47 @@ def test_boto3_through_the_proxy_to_moto(moto_endpoint: str) -> None:
     assert stats.requests == sum(sent.values()) == 6
     assert stats.by_kind == {"PUT": 3, "LIST": 1, "GET": 1, "HEAD": 1}
     assert stats.depth == 6  # one after another
+
+
+# ---- benchmarks/resume.py ------------------------------------------------------------
+
+
+def test_unpack_resume_finds_the_writer_and_the_context() -> None:
+    from benchmarks.resume import unpack_resume
+
+    class Writer:
+        def append(self, message: object) -> int:
+            return 1
+
+    class Resumed:
+        def __init__(self, session: Writer, context: list[str]) -> None:
+            self.session, self.context = session, context
+
+    writer, context = Writer(), ["m1", "m2"]
+    assert unpack_resume((writer, context)) == (writer, context)
+    assert unpack_resume((tuple(context), writer)) == (writer, context)
+    assert unpack_resume(Resumed(writer, context)) == (writer, context)
+    with pytest.raises(TypeError):
+        unpack_resume(object())
+
+
+def test_the_resume_benchmark_runs_end_to_end(tmp_path: Path) -> None:
+    """The smallest run of benchmarks/resume.py (moto, 20 messages, 1 ms): every variant resumes through the proxy,
+    and the proxy's counts are the clients' own."""
+    pytest.importorskip("strands")
+    figures = tmp_path / "figures.json"
+    command = [sys.executable, str(REPO / "benchmarks" / "resume.py"), "--quick", "--sizes", "20", "--delays", "1"]
+    command += ["--server", "moto", "--append-rounds", "2", "--json", str(figures)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "server: moto" in done.stdout
+    resumed = {row["variant"]: row["samples"][0] for row in json.loads(figures.read_text())["resume"]}
+    assert set(resumed) == {"evstore-defaults", "evstore-compacted", "evstore-uncompacted", "strands-s3", "strands-snapshot"}
+    for variant, sample in resumed.items():
+        assert sample["context"] >= 20, variant
+        assert sample["requests"] == sample["client_requests"] > 0, variant
+        assert 1 <= sample["depth"] <= sample["requests"], variant
+    assert (resumed["strands-snapshot"]["requests"], resumed["strands-snapshot"]["depth"]) == (2, 2)  # one GET, one PUT
+    assert resumed["evstore-compacted"]["requests"] < resumed["evstore-uncompacted"]["requests"]
+    assert "| 20 | Strands `SnapshotSessionManager` | 2 | 2 |" in done.stdout
+    assert "| 1 ms | 20 |" in done.stdout  # the append table
