@@ -56,15 +56,17 @@ def exit_code_for(error: EvstoreError) -> int:
 
 
 class Context:
-    def __init__(self, store_url: str | None, endpoint_url: str | None) -> None:
+    def __init__(self, store_url: str | None, endpoint_url: str | None, network: dict[str, Any] | None = None) -> None:
         self.store_url = store_url
         self.endpoint_url = endpoint_url
+        #: ``open_store`` keyword arguments from the global network options (cli/_network.py).
+        self.network = dict(network or {})
         self._store: Store | None = None
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = evstore.open_store(self.store_url, endpoint_url=self.endpoint_url)
+            self._store = evstore.open_store(self.store_url, endpoint_url=self.endpoint_url, **self.network)
         return self._store
 
     @property

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._backends import LocalStore, MemoryStore, ObjectStore
+from ._backends._retry import NetworkSettings, RetryNote
 from ._crypto import Keyring
 from ._errors import InvalidInputError
 from ._store import Store
@@ -33,9 +34,15 @@ def default_store_url(environ: Mapping[str, str] | None = None) -> str:
 
 
 def open_backend(
-    url: str, *, endpoint_url: str | None = None, environ: Mapping[str, str] | None = None
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    network: NetworkSettings | None = None,
+    on_retry: RetryNote | None = None,
 ) -> tuple[ObjectStore, str]:
-    """The backend a URL names, and the store root inside it."""
+    """The backend a URL names, and the store root inside it. ``network`` (default: from the
+    environment) and ``on_retry`` apply to S3 stores, the only ones that make requests."""
     env = os.environ if environ is None else environ
     if not url.isprintable():  # control characters, NUL, lone surrogates
         raise InvalidInputError(f"store URL {url[:100]!r} has characters a URL cannot have")
@@ -70,7 +77,17 @@ def open_backend(
         endpoint = endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
         if endpoint is not None:
             check_endpoint_url(endpoint)
-        return S3Store(bucket, endpoint_url=endpoint), root
+        net = NetworkSettings.resolve(env) if network is None else network
+        return S3Store(
+            bucket,
+            endpoint_url=endpoint,
+            connect_timeout=net.connect_timeout,
+            read_timeout=net.read_timeout,
+            max_attempts=net.max_attempts,
+            retry_deadline=net.retry_deadline,
+            retry_mode=net.retry_mode,
+            on_retry=on_retry,
+        ), root
     raise InvalidInputError(f"unsupported store URL {url[:100]!r}: use s3://bucket[/root], file:///path or memory://")
 
 
@@ -107,6 +124,11 @@ def open_store(
     keyring: Keyring | str | os.PathLike[str] | None = None,
     require_encryption: bool | None = None,
     environ: Mapping[str, str] | None = None,
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
+    max_attempts: int | None = None,
+    retry_deadline: float | None = None,
+    on_retry: RetryNote | None = None,
     **options: object,
 ) -> Store:
     """Open the store a URL names (default: ``EVSTORE_STORE``, else the local data directory).
@@ -114,10 +136,22 @@ def open_store(
     Keys come from ``EVSTORE_KEY``/``EVSTORE_KEYRING`` unless ``keyring`` is
     given (a ``Keyring``, or the path of a keyring file); ``EVSTORE_REQUIRE_ENCRYPTION=1`` refuses plaintext sessions.
     ``EVSTORE_AUTO_COMPACT=N`` makes writers pack their runs into segments of N events.
+    Network settings (S3): the arguments, else ``EVSTORE_CONNECT_TIMEOUT``, ``EVSTORE_READ_TIMEOUT``,
+    ``EVSTORE_MAX_ATTEMPTS`` (else ``AWS_MAX_ATTEMPTS``), ``EVSTORE_RETRY_DEADLINE``; ``on_retry``
+    gets a one-line note each time a request is retried.
     ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``clock``).
     """
     env = os.environ if environ is None else environ
-    backend, root = open_backend(url or default_store_url(env), endpoint_url=endpoint_url, environ=env)
+    network = NetworkSettings.resolve(
+        env,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        max_attempts=max_attempts,
+        retry_deadline=retry_deadline,
+    )
+    backend, root = open_backend(
+        url or default_store_url(env), endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry
+    )
     check_credentials(backend)
     if keyring is None:
         keyring = Keyring.from_env(env)

@@ -1,11 +1,23 @@
 """S3 through boto3: AWS, MinIO, Ceph RGW, moto; any endpoint.
 
 Conditional writes use ``IfNoneMatch='*'`` (create) and ``IfMatch`` (replace).
-botocore retries connection errors, throttling and 5xx (standard mode,
-bounded by ``max_attempts``); this module retries 409
-ConditionalRequestConflict itself, bounded too. A PUT retried after its first
-response was lost may come back 412: ``create`` reports that as
-``ObjectExists`` and the caller resolves it by reading the key back.
+
+Retries are evstore's own, not botocore's: botocore makes one attempt per call
+(its standard and adaptive modes share a retry quota that drains under
+sustained faults and then stop retrying, although every request this module
+makes is safe to repeat). ``_retrying`` repeats a request that failed
+transiently (connection errors, timeouts, a cut-off body, 5xx, throttling,
+409 ConditionalRequestConflict on a conditional PUT) with jittered exponential
+backoff, bounded by ``max_attempts`` and ``retry_deadline``; what still fails
+raises ``StoreUnavailableError`` naming the attempts made.
+
+Why each request is safe to repeat: GET, HEAD, LIST, tagging and lifecycle
+reads change nothing; deletes and lifecycle writes are idempotent; a create
+is conditional (``If-None-Match: *``): a retry after a lost response finds
+the key taken (412), ``create`` reports ``ObjectExists``, and the caller
+resolves it by reading the key back (an event's write id, or the bytes); a
+replace is conditional on the ETag: a retry after a lost response comes back
+412 and the caller re-reads, as after any other ETag race.
 
 Ceph RGW 16 compares ``If-Match`` with the unquoted stored ETag and so refuses
 the correct, quoted one. ``replace`` detects that (412 although HEAD shows the
@@ -37,9 +49,34 @@ from ._base import (
     StoredObject,
     too_large,
 )
+from ._retry import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_RETRY_BACKOFF,
+    DEFAULT_RETRY_DEADLINE,
+    RetryNote,
+    backoff_delay,
+)
 
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
-_CONFLICT_RETRIES = 6
+#: Error codes botocore's standard mode treats as throttling or transient (besides any 5xx).
+_THROTTLING = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "SlowDown",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+    }
+)
+_TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete", "InternalError"})
+_DENIED = frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"})
 T = TypeVar("T")
 
 
@@ -51,32 +88,79 @@ def _status(exc: botocore.exceptions.ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+def transient_kind(exc: Exception, *, conditional: bool) -> str | None:
+    """Why a failed attempt may succeed if repeated (``"throttled"``, ``"conflict"``, ``"error"``),
+    or None when repeating it cannot help (404, 412, 403, a bad request, no credentials)."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        status, code = _status(exc), _code(exc)
+        if code in _THROTTLING or status == 429:
+            return "throttled"
+        if status == 409 and conditional:
+            # AWS's ConditionalRequestConflict; the retry meets the winner's object (412) or wins
+            return "conflict"
+        if status >= 500 or code in _TRANSIENT_CODES:
+            # 500 on a conditional PUT is also RGW 16's answer to a racing If-Match (ECANCELED)
+            return "error"
+        return None
+    if isinstance(exc, botocore.exceptions.SSLError):
+        return None  # a certificate problem does not go away by asking again
+    if isinstance(
+        exc,
+        botocore.exceptions.ConnectionError  # refused, connect timeout, proxy
+        | botocore.exceptions.HTTPClientError  # closed, reset, read timeout, cut-off body
+        | botocore.exceptions.IncompleteReadError,
+    ):
+        return "error"
+    return None
+
+
 class S3Store(ObjectStore):
+    """``max_attempts`` counts every attempt of a request, the first included; no retry
+    starts later than ``retry_deadline`` seconds after the first attempt. A ``client``
+    passed in keeps its own botocore retry configuration (evstore retries on top)."""
+
     def __init__(
         self,
         bucket: str,
         *,
         endpoint_url: str | None = None,
         client: Any = None,
-        max_attempts: int = 5,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 30.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        retry_deadline: float = DEFAULT_RETRY_DEADLINE,
+        retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+        retry_mode: str | None = None,
+        on_retry: RetryNote | None = None,
         max_pool_connections: int = 32,
     ) -> None:
         self.bucket = bucket
+        self.endpoint_url = endpoint_url
         self.location = f"s3://{bucket}" + (f" at {endpoint_url}" if endpoint_url else "")
+        self.max_attempts = max_attempts
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.retry_deadline = retry_deadline
+        self.retry_backoff = retry_backoff
+        self.on_retry = on_retry
         if client is None:
+            session = boto3.session.Session()
+            # botocore makes one attempt (no shared retry quota to drain); its mode still applies,
+            # so AWS_RETRY_MODE=adaptive keeps botocore's client-side rate limiting
+            mode = retry_mode or session._session.get_config_variable("retry_mode") or "standard"
             config = Config(
-                retries={"mode": "standard", "total_max_attempts": max_attempts},
+                retries={"mode": mode, "total_max_attempts": 1},
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 max_pool_connections=max_pool_connections,
                 s3={"addressing_style": "path"} if endpoint_url else {},
             )
-            client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+            client = session.client("s3", endpoint_url=endpoint_url, config=config)
         self.client = client
         #: Requests sent on the wire, by operation name (retries included).
         self.requests: Counter[str] = Counter()
+        #: Retries evstore made, by kind of failure ("error", "throttled", "conflict").
+        self.retries: Counter[str] = Counter()
         self.client.meta.events.register("before-send.s3", self._count)
         self._unquoted_if_match = False
 
@@ -84,16 +168,67 @@ class S3Store(ObjectStore):
         event = str(kwargs.get("event_name", ""))
         self.requests[event.rsplit(".", 1)[-1]] += 1
 
-    def _fail(self, action: str, key: str, exc: Exception) -> StoreUnavailableError:
+    def _retrying(self, action: str, key: str, request: Callable[[], T], *, conditional: bool = False) -> T:
+        """Run ``request``, repeating it while it fails transiently, within the attempts and the
+        deadline. A failure that repeating cannot fix is raised as it is (the caller maps it);
+        a transient one that outlasts the bounds raises ``StoreUnavailableError``."""
+        started = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return request()
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                kind = transient_kind(exc, conditional=conditional)
+                if kind is None:
+                    raise
+                delay = backoff_delay(attempt, base=self.retry_backoff, throttled=kind == "throttled")
+                elapsed = time.monotonic() - started
+                if attempt >= self.max_attempts or elapsed + delay > self.retry_deadline:
+                    raise self._fail(action, key, exc, attempts=attempt, elapsed=elapsed) from None
+                self.retries[kind] += 1
+                if self.on_retry is not None:
+                    self.on_retry(
+                        f"{action} {key!r}: {self._reason(exc)}; retrying in {delay:.1f} s "
+                        f"(attempt {attempt + 1} of {self.max_attempts})"
+                    )
+                time.sleep(delay)
+                attempt += 1
+
+    def _reason(self, exc: Exception) -> str:
+        """What went wrong, in words, without credentials or message content."""
+        if isinstance(exc, botocore.exceptions.ClientError):
+            return f"{_code(exc) or 'error'} (HTTP {_status(exc)})"
+        if isinstance(exc, botocore.exceptions.ReadTimeoutError):
+            return f"no answer within the {self.read_timeout:g} s read timeout"
+        if isinstance(exc, botocore.exceptions.ConnectTimeoutError):
+            return f"no connection within the {self.connect_timeout:g} s connect timeout"
+        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
+            return "could not connect"
+        if isinstance(exc, botocore.exceptions.ConnectionClosedError):
+            return "the connection closed without an answer"
+        return type(exc).__name__
+
+    def _fail(
+        self, action: str, key: str, exc: Exception, *, attempts: int = 1, elapsed: float = 0.0
+    ) -> StoreUnavailableError:
+        tries = f" after {attempts} attempts in {elapsed:.1f} s" if attempts > 1 else ""
         if isinstance(exc, botocore.exceptions.ClientError):
             code = _code(exc)
             if code == "NoSuchBucket":
                 return StoreUnavailableError(f"bucket {self.bucket!r} does not exist ({self.location})")
-            if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                return StoreUnavailableError(f"{action} {key!r} refused: access denied ({code})")
-            return StoreUnavailableError(f"{action} {key!r} failed: {code or 'error'} (HTTP {_status(exc)})")
-        name = type(exc).__name__
-        return StoreUnavailableError(f"{action} {key!r} failed: {name} talking to {self.location}")
+            if code in _DENIED:
+                return StoreUnavailableError(f"{action} {key!r} refused: access denied ({code}); check the credentials")
+            return StoreUnavailableError(f"{action} {key!r} failed: {self._reason(exc)}{tries} ({self.location})")
+        if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
+            return StoreUnavailableError(
+                f"no AWS credentials for {self.location}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+            )
+        if isinstance(exc, botocore.exceptions.NoRegionError):
+            return StoreUnavailableError(f"no AWS region for {self.location}: set AWS_DEFAULT_REGION")
+        hint = ""
+        if transient_kind(exc, conditional=False) is not None:
+            hint = "; EVSTORE_READ_TIMEOUT, EVSTORE_CONNECT_TIMEOUT and EVSTORE_MAX_ATTEMPTS set the bounds"
+        return StoreUnavailableError(f"{action} {key!r} failed: {self._reason(exc)}{tries} ({self.location}){hint}")
 
     def _put(
         self, key: str, data: bytes, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None, **condition: str
@@ -103,24 +238,16 @@ class S3Store(ObjectStore):
             args["Metadata"] = dict(metadata)
         if tags:
             args["Tagging"] = urllib.parse.urlencode(dict(tags))
-        for attempt in range(_CONFLICT_RETRIES):
-            try:
-                return str(self.client.put_object(**args)["ETag"])
-            except botocore.exceptions.ClientError as exc:
-                if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
-                    raise PreconditionFailed(key) from None
-                if "IfMatch" in condition and _code(exc) in _MISSING:
-                    raise PreconditionFailed(key) from None  # If-Match on an absent key: 404
-                # 409: AWS's ConditionalRequestConflict. 500 on a conditional PUT: RGW 16's answer to a
-                # racing If-Match (ECANCELED), which botocore stops retrying once its retry quota is spent.
-                retryable = _status(exc) == 409 or (_status(exc) == 500 and bool(condition))
-                if retryable and attempt + 1 < _CONFLICT_RETRIES:
-                    time.sleep(0.05 * 2**attempt)
-                    continue
-                raise self._fail("put", key, exc) from None
-            except botocore.exceptions.BotoCoreError as exc:
-                raise self._fail("put", key, exc) from None
-        raise AssertionError("unreachable")
+        try:
+            return str(self._retrying("put", key, lambda: self.client.put_object(**args), conditional=bool(condition))["ETag"])
+        except botocore.exceptions.ClientError as exc:
+            if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
+                raise PreconditionFailed(key) from None
+            if "IfMatch" in condition and _code(exc) in _MISSING:
+                raise PreconditionFailed(key) from None  # If-Match on an absent key: 404
+            raise self._fail("put", key, exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._fail("put", key, exc) from None
 
     def create(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
@@ -156,10 +283,10 @@ class S3Store(ObjectStore):
         return self._put(key, data, metadata, tags, IfMatch=quoted.strip('"'))
 
     def _call(self, action: str, key: str, request: Callable[[], T]) -> T:
-        """Run one request; a missing key raises ``ObjectMissing``, any other failure
-        (after botocore's bounded retries) ``StoreUnavailableError``."""
+        """Run one request (retried while transient); a missing key raises ``ObjectMissing``,
+        any other failure ``StoreUnavailableError``."""
         try:
-            return request()
+            return self._retrying(action, key, request)
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in _MISSING:
                 raise ObjectMissing(key) from None
@@ -169,19 +296,13 @@ class S3Store(ObjectStore):
 
     def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
         def request() -> tuple[dict[str, Any], bytes]:
-            # botocore retries the request, not the body: a body cut off mid-stream is read again
-            for attempt in range(3):
-                response = self.client.get_object(Bucket=self.bucket, Key=key)
-                size = int(response.get("ContentLength", 0))
-                if max_bytes is not None and size > max_bytes:  # refused by its header, the body unread
-                    response["Body"].close()
-                    raise too_large(key, size, max_bytes)
-                try:
-                    return response, response["Body"].read()
-                except botocore.exceptions.ResponseStreamingError:
-                    if attempt == 2:
-                        raise
-            raise AssertionError("unreachable")
+            # one attempt is the request and its body: a body cut off mid-stream is asked for again
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            size = int(response.get("ContentLength", 0))
+            if max_bytes is not None and size > max_bytes:  # refused by its header, the body unread
+                response["Body"].close()
+                raise too_large(key, size, max_bytes)
+            return response, response["Body"].read()
 
         response, data = self._call("get", key, request)
         return StoredObject(key, data, str(response["ETag"]), response["LastModified"], dict(response.get("Metadata", {})))
@@ -203,7 +324,7 @@ class S3Store(ObjectStore):
         if delimiter:
             args["Delimiter"] = delimiter
         try:
-            response = self.client.list_objects_v2(**args)
+            response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args))
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from None
         objects = [
@@ -232,8 +353,12 @@ class S3Store(ObjectStore):
 
     def _delete_batch(self, keys: list[str]) -> None:
         try:
-            response = self.client.delete_objects(
-                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            response = self._retrying(
+                "delete",
+                keys[0],
+                lambda: self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+                ),
             )
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("delete", keys[0], exc) from None
@@ -250,7 +375,9 @@ class S3Store(ObjectStore):
 
     def get_lifecycle(self) -> list[LifecycleRule]:
         try:
-            response = self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket)
+            response = self._retrying(
+                "get lifecycle of", self.bucket, lambda: self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket)
+            )
         except botocore.exceptions.ClientError as exc:
             if _code(exc) == "NoSuchLifecycleConfiguration":
                 return []
@@ -260,11 +387,15 @@ class S3Store(ObjectStore):
         return [dict(rule) for rule in response.get("Rules", [])]
 
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        try:
+        def request() -> object:
             if rules:
-                self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
-            else:
-                self.client.delete_bucket_lifecycle(Bucket=self.bucket)
+                return self.client.put_bucket_lifecycle_configuration(
+                    Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
+                )
+            return self.client.delete_bucket_lifecycle(Bucket=self.bucket)
+
+        try:
+            self._retrying("put lifecycle of", self.bucket, request)
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("put lifecycle of", self.bucket, exc) from None
 
@@ -272,7 +403,7 @@ class S3Store(ObjectStore):
         args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         while True:
             try:
-                response = self.client.list_multipart_uploads(**args)
+                response = self._retrying("list uploads under", prefix, lambda: self.client.list_multipart_uploads(**args))
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 raise self._fail("list uploads under", prefix, exc) from None
             for upload in response.get("Uploads", []):
@@ -284,9 +415,38 @@ class S3Store(ObjectStore):
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         try:
-            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            self._retrying(
+                "abort upload of",
+                key,
+                lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
+            )
+        except botocore.exceptions.ClientError as exc:
+            if _code(exc) == "NoSuchUpload":
+                return  # aborted already (by us, if a retried abort lost its first answer)
             raise self._fail("abort upload of", key, exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._fail("abort upload of", key, exc) from None
+
+    def credentials_method(self) -> str | None:
+        """Where botocore found credentials (``env``, ``shared-credentials-file``, ``iam-role``, ...),
+        or None when it found none (every request would fail). Makes no request."""
+        credentials = getattr(getattr(self.client, "_request_signer", None), "_credentials", None)
+        if credentials is None:
+            return None
+        return str(getattr(credentials, "method", "") or "configured")
+
+    def probe_bucket(self, prefix: str) -> str | None:
+        """One LIST of at most one key under ``prefix`` (retried while transient): None when the
+        bucket exists and these credentials may list it, else the server's error code
+        (``NoSuchBucket``, ``AccessDenied``, ``InvalidAccessKeyId``, ...). A server that does
+        not answer raises ``StoreUnavailableError``."""
+        try:
+            self._retrying("list", prefix, lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1))
+        except botocore.exceptions.ClientError as exc:
+            return _code(exc) or f"HTTP {_status(exc)}"
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._fail("list", prefix, exc) from None
+        return None
 
     def close(self) -> None:
         self.client.close()

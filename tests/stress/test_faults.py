@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from evstore import EvstoreError, Store, StoreUnavailableError, WriteConflictError
+from evstore._backends._retry import DEFAULT_MAX_ATTEMPTS
 from evstore._backends._s3 import S3Store
 
 from .conftest import (
@@ -34,11 +35,9 @@ from .faultproxy import AMBIGUOUS, Fault, FaultProxy, Request, every_nth, persis
 pytestmark = pytest.mark.stress
 
 READ_TIMEOUT = 0.3
+#: S3Store's ``max_attempts`` counts every attempt, the first included, whatever the transient
+#: failure (evstore retries; botocore makes one attempt per call).
 MAX_ATTEMPTS = 3
-#: S3Store's ``max_attempts`` is botocore's ``total_max_attempts``: the first attempt included.
-BOTOCORE_ATTEMPTS = MAX_ATTEMPTS
-#: S3Store retries 409 ConditionalRequestConflict itself, this many attempts in all (evstore/_backends/_s3.py).
-CONFLICT_ATTEMPTS = 6
 TRANSIENT = [
     Fault.LOSE_RESPONSE,
     Fault.RESET_AFTER,
@@ -151,14 +150,13 @@ def test_replays_through_faults_are_complete_or_fail_cleanly_never_corrupt(
 
 
 PERSISTENT = [
-    # S3Store retries a 500 on a conditional PUT itself too (RGW's answer to racing If-Match), around botocore's retries
-    (Fault.ERROR_500, CONFLICT_ATTEMPTS * BOTOCORE_ATTEMPTS),
-    (Fault.SLOWDOWN_503, BOTOCORE_ATTEMPTS),
-    (Fault.RESET_BEFORE, BOTOCORE_ATTEMPTS),
-    (Fault.RESET_AFTER, BOTOCORE_ATTEMPTS),
-    (Fault.LOSE_RESPONSE, BOTOCORE_ATTEMPTS),
-    (Fault.SLOW_RESPONSE, BOTOCORE_ATTEMPTS),
-    (Fault.CONFLICT_409, CONFLICT_ATTEMPTS),
+    (Fault.ERROR_500, MAX_ATTEMPTS),
+    (Fault.SLOWDOWN_503, MAX_ATTEMPTS),
+    (Fault.RESET_BEFORE, MAX_ATTEMPTS),
+    (Fault.RESET_AFTER, MAX_ATTEMPTS),
+    (Fault.LOSE_RESPONSE, MAX_ATTEMPTS),
+    (Fault.SLOW_RESPONSE, MAX_ATTEMPTS),
+    (Fault.CONFLICT_409, MAX_ATTEMPTS),
 ]
 
 
@@ -218,7 +216,7 @@ def test_the_command_under_a_persistent_conflict_exits_1_with_one_line(proxy: Fa
     assert run.stdout == ""
     lines = run.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("evstore: "), run.stderr
-    assert proxy.log.requests_for("/cli/00000000000000000002", "PUT") == CONFLICT_ATTEMPTS
+    assert proxy.log.requests_for("/cli/00000000000000000002", "PUT") == DEFAULT_MAX_ATTEMPTS
 
 
 LOST_CREATE = [

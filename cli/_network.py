@@ -1,0 +1,75 @@
+"""The global network options (``--connect-timeout``, ``--read-timeout``, ``--max-attempts``,
+``--retry-deadline``) and the note printed while a request is retried.
+
+Each option left out falls back to its environment variable (``EVSTORE_CONNECT_TIMEOUT``,
+...), then to the library's default: the library reads the environment, so the two ways
+of setting a value cannot disagree. Imports only click and evstore (no other cli module).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SECONDS = click.FloatRange(min=0, min_open=True, max=3600)
+OPTIONS = (
+    click.option(
+        "--connect-timeout",
+        type=_SECONDS,
+        metavar="SECONDS",
+        help="To open a connection (default: $EVSTORE_CONNECT_TIMEOUT, else 3).",
+    ),
+    click.option(
+        "--read-timeout",
+        type=_SECONDS,
+        metavar="SECONDS",
+        help="For the server to answer (default: $EVSTORE_READ_TIMEOUT, else 6).",
+    ),
+    click.option(
+        "--max-attempts",
+        type=click.IntRange(1, 100),
+        metavar="N",
+        help="Attempts per request, the first included (default: $EVSTORE_MAX_ATTEMPTS, $AWS_MAX_ATTEMPTS, else 3).",
+    ),
+    click.option(
+        "--retry-deadline",
+        type=click.FloatRange(min=0, min_open=True, max=86400),
+        metavar="SECONDS",
+        help="No retry starts later than this after a request's first attempt (default: $EVSTORE_RETRY_DEADLINE, else 20).",
+    ),
+)
+
+
+def network_options(command: F) -> F:
+    """Add the network options to a command (the group: they come before the subcommand)."""
+    for option in reversed(OPTIONS):
+        command = option(command)
+    return command
+
+
+def note_retry(note: str) -> None:
+    click.echo(f"evstore: {note}", err=True)
+
+
+def open_options(
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
+    max_attempts: int | None = None,
+    retry_deadline: float | None = None,
+) -> dict[str, Any]:
+    """``open_store`` keyword arguments: the options given, and a retry note while a terminal watches stderr."""
+    given = {
+        "connect_timeout": connect_timeout,
+        "read_timeout": read_timeout,
+        "max_attempts": max_attempts,
+        "retry_deadline": retry_deadline,
+    }
+    options: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
+    if sys.stderr.isatty():
+        options["on_retry"] = note_retry
+    return options
