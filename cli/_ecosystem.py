@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -27,6 +28,7 @@ from evstore._formats import (
     render_chatcli,
     render_jsonl,
 )
+from evstore._html import render_html
 from evstore._ids import validate_session_id
 
 from ._common import Context
@@ -122,7 +124,13 @@ def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, 
 
 @click.command("export")
 @click.argument("session")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), required=True, help="jsonl: a message per line; chatcli: ChatCLI.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice([*FORMATS, "html"]),
+    required=True,
+    help="jsonl: a message per line; chatcli: ChatCLI; html: one self-contained page for auditors.",
+)
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-", help="File to write (default: stdout)."
 )
@@ -139,6 +147,9 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
     if output != "-":
         check_output_path(output)
     store: Store = state.store
+    if fmt == "html":
+        _export_html(store, session, output, as_json)
+        return
     head = store.info(session).head
     messages = []
     rewinds = 0
@@ -167,6 +178,26 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
         )
     if as_json:
         _json_line({"session": session, "messages": len(messages), "events": head, "rewinds": rewinds, "output": output})
+
+
+def _export_html(store: Store, session: str, output: str, as_json: bool) -> None:
+    """Verify, then render exactly the events the receipt covers (a writer appending
+    meanwhile cannot slip unverified events into the page)."""
+    verified = store.verify(session)
+    info = store.info(session)
+    events = list(store.replay(session, end=verified.receipt.seq))
+    generated = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    page = render_html(session, events, verified=verified, info=info, generated=generated).encode()
+    try:
+        with click.open_file(output, "wb") as out:
+            out.write(page)
+            out.flush()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    if as_json:
+        _json_line(
+            {"session": session, "events": len(events), "receipt": str(verified.receipt), "bytes": len(page), "output": output}
+        )
 
 
 # ---- tail -------------------------------------------------------------------
