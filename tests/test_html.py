@@ -82,7 +82,8 @@ def build(store: evstore.Store) -> None:
     parent = store.open("parent", create=True)
     parent.append({"role": "user", "content": HOSTILE})
     call = {"id": 'c1"><b>', "type": "function", "function": {"name": SVG, "arguments": '{"q": "</code>"}'}}
-    parent.append([{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "tool_call_id": 'c1"><b>', "content": "42"}])
+    result = {"role": "tool", "tool_call_id": 'c1"><b>', "content": "42"}
+    parent.append([{"role": "assistant", "content": "", "tool_calls": [call]}, result])
     parent.append({"role": "assistant", "content": "so far: a sum", "meta": {"is_summary": True, "summary_of": 2}})
     parent.append({"role": "user", "content": "withdrawn later"})
     child = store.fork("parent", "child", at=4)
