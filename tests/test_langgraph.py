@@ -25,7 +25,7 @@ from langgraph.checkpoint.serde.types import ERROR
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
-from evstore import AsyncStore, InvalidInputError, LocalStore, MemoryStore, Store, WriteConflictError
+from evstore import AsyncStore, InvalidInputError, Keyring, LocalStore, MemoryStore, Store, WriteConflictError
 from evstore._ids import validate_session_id
 from evstore.integrations.langgraph import EvstoreSaver, decode_session_id, session_id_for
 
@@ -65,6 +65,13 @@ def assert_full(report: dict[str, Any]) -> None:
 
 def test_conformance_full_over_memory() -> None:
     assert_full(run_conformance(lambda: Store(MemoryStore(), root="lg")))
+
+
+def test_conformance_full_over_an_encrypted_store() -> None:
+    backend = MemoryStore()
+    ring = Keyring({"k1": b"\1" * 32}, "k1")
+    assert_full(run_conformance(lambda: Store(backend, root="lg", keyring=ring, require_encryption=True)))
+    assert b"channel" not in b"".join(backend.get(info.key).data for info in backend.list("lg/sessions/"))
 
 
 def test_conformance_full_over_moto_server(moto_endpoint: str) -> None:
@@ -506,6 +513,21 @@ def test_a_thread_deleted_and_written_again_elsewhere_is_read_afresh() -> None:
     put(other, cfg("t"), {"k": "newer"})
     latest = reader.get_tuple(cfg("t"))  # the reader's writer is of a deleted incarnation: it reopens
     assert latest is not None and latest.checkpoint["channel_values"] == {"k": "newer"}
+
+
+def test_every_read_adopts_the_head_before_the_next_write() -> None:
+    store = Store(MemoryStore(), root="lg")
+    first, second = EvstoreSaver(store), EvstoreSaver(store)
+    one = put(first, cfg("t"), {"x": 1}, 0)
+    assert second.get_tuple(cfg("t")) is not None
+    two = put(second, cfg("t", checkpoint_id=one["configurable"]["checkpoint_id"]), {"x": 2}, 1)
+    # reading an old checkpoint's delta history moves the first saver to the head, so its next
+    # write records the right latest checkpoint
+    first.get_delta_channel_history(config=one, channels=["x"])
+    first.put_writes(two, [("x", 3)], "task")
+    latest = EvstoreSaver(store).get_tuple(cfg("t"))
+    assert latest is not None and latest.checkpoint["id"] == two["configurable"]["checkpoint_id"]
+    assert latest.pending_writes == [("task", "x", 3)]
 
 
 def test_import_evstore_does_not_import_langgraph() -> None:

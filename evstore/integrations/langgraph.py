@@ -418,6 +418,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         if state.writer is not None:
             try:
                 state.writer.refresh()
+                self._sync(state)
                 return True
             except SessionNotFoundError:
                 self._reset(state)
@@ -427,7 +428,20 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             self._reset(state)
             return False
         state.known_head = 0  # nothing of this incarnation is known yet
+        self._sync(state)
         return True
+
+    def _sync(self, state: _State) -> None:
+        """Make the latest checkpoint's seq and id exact at the writer's head: every event names
+        them, so when the head moved (or is new to this saver) its event is read."""
+        writer = state.writer
+        assert writer is not None
+        head = writer.head
+        if head == state.known_head:
+            return
+        last = next(iter(self._read(state.session_id, head, head)), None) if head else None
+        state.known_head = head
+        state.lcp, state.lid = (last[1].get("lcp") or 0, last[1].get("lid")) if last else (0, None)
 
     def _reset(self, state: _State) -> None:
         state.writer = None
@@ -521,10 +535,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         head = writer.head
         if head == 0:
             return None
-        if state.known_head != head or not state.known_head:
-            last = next(iter(self._read(state.session_id, head, head)), None)
-            state.known_head = head
-            state.lcp, state.lid = (last[1].get("lcp") or 0, last[1].get("lid")) if last else (0, None)
+        self._sync(state)
         if not state.lcp or state.lid is None:
             return None
         fold = self._fold(state.session_id, state.lcp, head)
@@ -649,7 +660,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         if state.writer is None:
             state.writer = self.store.open(state.session_id, create=True)
             if state.writer.head:
-                self._load_latest(state)  # another process made it: continue from its head
+                self._load_latest(state)  # another process made it: continue from its head (synced)
             elif _thread_part(self.prefix, thread_id).startswith(_HASHED):
                 state.writer.append(_message({"k": "name", "thread": thread_id, "lcp": 0, "lid": None}))
                 state.known_head = state.writer.head
@@ -838,7 +849,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             rest = sorted(set(fold.live) - set(hidden))
             lid = rest[-1] if rest else None
             lcp = fold.live[lid][0] if lid else 0
-            writer.append(_message({"k": "x", "hide": hidden, "lcp": lcp, "lid": lid}), expected_head=fold.head)
+            writer.append(_message({"k": "x", "hide": hidden, "lcp": lcp, "lid": lid}), expected_head=writer.head)
             self._reset(state)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
