@@ -21,9 +21,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, Checkpoin
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command
+from langgraph.types import Command, Send
 
 from evstore import AsyncStore, InvalidInputError, Keyring, LocalStore, MemoryStore, Store, WriteConflictError
 from evstore._ids import validate_session_id
@@ -409,6 +410,60 @@ def test_async_graph_and_cancelled_put_settles() -> None:
 
     asyncio.run(run())
     assert EvstoreSaver(store).get_tuple(config) is not None
+
+
+class Work(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+    rounds: int
+
+
+def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    """Rounds of three parallel ``Send`` tasks and two parallel nodes, joined, three times."""
+
+    def start(state: Work) -> dict[str, Any]:
+        return {"log": [f"start-{state.get('rounds', 0)}"]}
+
+    def work(arg: dict[str, int]) -> dict[str, Any]:
+        return {"log": [f"work-{arg['i']}"]}
+
+    def side(name: str) -> Any:
+        return lambda state: {"log": [f"{name}-{state.get('rounds', 0)}"]}
+
+    def join(state: Work) -> dict[str, Any]:
+        return {"rounds": state.get("rounds", 0) + 1}
+
+    builder = StateGraph(Work)
+    builder.add_node("start", start)
+    builder.add_node("work", work)
+    builder.add_node("left", side("left"))
+    builder.add_node("right", side("right"))
+    builder.add_node("join", join)
+    builder.add_edge(START, "start")
+    builder.add_conditional_edges("start", lambda s: [Send("work", {"i": i}) for i in range(3)])
+    builder.add_edge("start", "left")
+    builder.add_edge("start", "right")
+    builder.add_edge(["work", "left", "right"], "join")
+    builder.add_conditional_edges("join", lambda s: "start" if s["rounds"] < 3 else END)
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_parallel_tasks_give_the_same_states_and_history_as_the_in_memory_saver(durability: str) -> None:
+    store = Store(MemoryStore(), root="lg")
+    config: Any = {"configurable": {"thread_id": "fan"}}
+    runs = {}
+    for name, saver in (("memory", InMemorySaver()), ("evstore", EvstoreSaver(store))):
+        graph = fan_out_graph(saver)
+        graph.invoke({"log": ["in"]}, config, durability=durability)
+        graph.invoke({"log": ["again"]}, config, durability=durability)
+        if name == "evstore":
+            graph = fan_out_graph(EvstoreSaver(store))  # read back by a saver that wrote nothing
+        runs[name] = [
+            (s.metadata.get("step") if s.metadata else None, s.next, s.values, len(s.tasks))
+            for s in graph.get_state_history(config)
+        ]
+    assert runs["evstore"] == runs["memory"]
+    assert runs["evstore"][0][2]["rounds"] == 4 and len(runs["evstore"]) > 1  # 3 rounds, then 1 more
 
 
 # ---- delta channels, prune and delete_for_runs ------------------------------------------------------
