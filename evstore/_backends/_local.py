@@ -68,6 +68,19 @@ class _Sidecar(msgspec.Struct):
     tags: dict[str, str] = {}
 
 
+def _lstat(entry: os.DirEntry[str]) -> os.stat_result | None:
+    try:
+        return entry.stat(follow_symlinks=False)
+    except OSError:
+        return None  # removed since it was listed
+
+
+def _listed(key: str, info: os.stat_result | None) -> ObjectInfo:
+    if info is None:
+        return ObjectInfo(key, 0, "", datetime.fromtimestamp(0, UTC))
+    return ObjectInfo(key, info.st_size, "", datetime.fromtimestamp(info.st_mtime, UTC))
+
+
 class _NotADirectory(Exception):
     """A path component below the root exists but is not a directory (``symlink`` says if it is a link)."""
 
@@ -331,37 +344,41 @@ class LocalStore(ObjectStore):
 
     # ---- listing -------------------------------------------------------------------------
 
-    def _walk(self, fd: int, rel: str, keys: list[str]) -> None:
+    def _walk(self, fd: int, rel: str, found: dict[str, ObjectInfo]) -> None:
         """Every non-directory below ``fd`` as a key; never enters a symlinked directory."""
         with os.scandir(fd) as entries:
-            listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for name, is_dir in listed:
+            listed = [(e.name, e.is_dir(follow_symlinks=False), _lstat(e)) for e in entries]
+        for name, is_dir, info in listed:
             key = f"{rel}/{name}" if rel else name
             if not is_dir:
-                keys.append(key)
+                found[key] = _listed(key, info)
                 continue
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError:
                 continue  # removed, or replaced by a link, since it was listed
             try:
-                self._walk(child, key, keys)
+                self._walk(child, key, found)
             finally:
                 os.close(child)
 
-    def _keys_under(self, prefix: str, delimiter: str) -> list[str]:
+    def _keys_under(self, prefix: str, delimiter: str) -> tuple[list[str], dict[str, ObjectInfo]]:
+        """The sorted keys (and, with delimiter "/", directories as "name/") in the directory
+        ``prefix`` falls in, and what a LIST shows of each object: its own ``lstat`` (a link's,
+        not its target's) and an empty ETag."""
         directory, _, _ = prefix.rpartition("/")
         names = directory.split("/") if directory else []
+        found: dict[str, ObjectInfo] = {}
         if any(p in ("", ".", "..") for p in names):
-            return []  # no key has such a component
+            return [], found  # no key has such a component
         try:
             fd = self._open_dirs(["objects", *names])
         except _NotADirectory as exc:
             if exc.symlink:
                 raise self._refused_path(prefix) from None
-            return []
+            return [], found
         except FileNotFoundError:
-            return []
+            return [], found
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
         keys: list[str] = []
@@ -370,28 +387,24 @@ class LocalStore(ObjectStore):
                 with os.scandir(fd) as entries:
                     for entry in entries:
                         name = f"{directory}/{entry.name}" if directory else entry.name
-                        keys.append(name + "/" if entry.is_dir(follow_symlinks=False) else name)
+                        if entry.is_dir(follow_symlinks=False):
+                            keys.append(name + "/")
+                        else:
+                            keys.append(name)
+                            found[name] = _listed(name, _lstat(entry))
             else:
-                self._walk(fd, directory, keys)
+                self._walk(fd, directory, found)
+                keys = list(found)
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
         finally:
             os.close(fd)
-        return sorted(keys)
-
-    def _info(self, key: str) -> ObjectInfo:
-        """What a LIST shows: the entry's own ``lstat`` (a link's, not its target's); "" ETag."""
-        try:
-            with self._parent("objects", key) as (dir_fd, name):
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except (ObjectMissing, ObjectRefused, StoreUnavailableError, OSError):
-            return ObjectInfo(key, 0, "", datetime.fromtimestamp(0, UTC))
-        return ObjectInfo(key, info.st_size, "", datetime.fromtimestamp(info.st_mtime, UTC))
+        return sorted(keys), found
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
         # with delimiter "/", directories come back as "name/" and fold into prefixes
-        keys = self._keys_under(prefix, delimiter)
-        return page_of(keys, self._info, prefix, start_after, max_keys, delimiter)
+        keys, found = self._keys_under(prefix, delimiter)
+        return page_of(keys, found.__getitem__, prefix, start_after, max_keys, delimiter)
 
     # ---- deleting ------------------------------------------------------------------------
 
@@ -484,7 +497,7 @@ class LocalStore(ObjectStore):
     def list(self, prefix: str, *, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
         """Like the paged listing, but the directory is read and sorted once, not once per page:
         a session of N events lists in O(N log N), holding its N names (not their contents)."""
-        keys = self._keys_under(prefix, "")
+        keys, found = self._keys_under(prefix, "")
         for key in keys[bisect.bisect_right(keys, start_after) :]:
             if key.startswith(prefix):
-                yield self._info(key)
+                yield found[key]
