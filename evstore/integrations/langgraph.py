@@ -43,11 +43,16 @@ checkpoint (the greatest id, as LangGraph's savers order them) once it is
 applied. So ``get_tuple`` of the latest checkpoint reads the head event, the
 events from that checkpoint to the head (its pending writes: one super-step's),
 and one event per distinct seq its channel values live at: a bounded number of
-requests, the same at 5 or 100,000 checkpoints. Other reads (``list``, an old
-``checkpoint_id``) replay the session.
+requests that does not grow with the thread (a new process's first read of a
+session finds its head as ``Store.open`` does: past 1,000 events without
+segments, a few HEAD probes more, O(log n)). ``get_tuple`` of an older
+``checkpoint_id`` reads from that checkpoint to the head (the first time a
+saver meets an id, the whole session); ``list`` replays the sessions it lists.
+A saver keeps, per session it used (the 1,024 most recent), its writer, where
+the recent checkpoints are and their small channel values.
 
 **Concurrency.** Each saver keeps one evstore writer per session and appends
-at the head it last read (``get_tuple``) or wrote; every append is a
+at the head it last read (``get_tuple``, ``get_delta_channel_history``) or wrote; every append is a
 conditional PUT. A second process that read an older state and then puts is
 refused with ``evstore.WriteConflictError`` (nothing is overwritten); read the
 thread again (``get_tuple``) to continue from what is there. Within one saver a
