@@ -26,7 +26,7 @@ from langgraph.checkpoint.serde.types import ERROR
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send
 
-from evstore import AsyncStore, InvalidInputError, Keyring, LocalStore, MemoryStore, Store, WriteConflictError
+from evstore import AsyncStore, IntegrityError, InvalidInputError, Keyring, LocalStore, MemoryStore, Store, WriteConflictError
 from evstore._ids import validate_session_id
 from evstore.integrations.langgraph import EvstoreSaver, decode_session_id, session_id_for
 
@@ -583,6 +583,23 @@ def test_every_read_adopts_the_head_before_the_next_write() -> None:
     latest = EvstoreSaver(store).get_tuple(cfg("t"))
     assert latest is not None and latest.checkpoint["id"] == two["configurable"]["checkpoint_id"]
     assert latest.pending_writes == [("task", "x", 3)]
+
+
+def test_unserializable_values_and_malformed_records_are_evstore_errors() -> None:
+    store = Store(MemoryStore(), root="lg")
+    saver = EvstoreSaver(store)
+    with pytest.raises(InvalidInputError, match="cannot serialize channel 'k'"):
+        put(saver, cfg("t"), {"k": object()})
+    stored = put(saver, cfg("t"), {"k": "fine"})
+    with pytest.raises(InvalidInputError, match="cannot serialize the write"):
+        saver.put_writes(stored, [("ch", object())], "task")
+    assert saver.get_tuple(cfg("t")) is not None
+    # an event that claims to be a LangGraph record but lacks its fields
+    store.open(session_id_for("lg-", "t")).append({"role": "system", "meta": {"langgraph": {"k": "cp", "id": 7}}})
+    with pytest.raises(IntegrityError, match="malformed"):
+        EvstoreSaver(store).get_tuple(cfg("t"))
+    with pytest.raises(IntegrityError, match="malformed"):
+        list(EvstoreSaver(store).list(cfg("t")))
 
 
 def test_import_evstore_does_not_import_langgraph() -> None:

@@ -80,7 +80,6 @@ call settles before ``CancelledError`` is raised.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import hashlib
 import random
@@ -322,6 +321,44 @@ class _State:
         self.infos[checkpoint_id] = info
 
 
+def _is_typed(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def _well_formed(record: Record) -> bool:
+    """The fields reads rely on, with their types (records this module wrote always pass)."""
+    kind: str = record["k"]
+    if not isinstance(record.get("lcp", 0), int) or not isinstance(record.get("lid"), str | None):
+        return False
+    if kind == "cp":
+        return (
+            isinstance(record.get("id"), str)
+            and isinstance(record.get("p"), str | None)
+            and _is_typed(record.get("c"))
+            and _is_typed(record.get("m"))
+            and isinstance(record.get("b", {}), dict)
+            and all(_is_typed(v) for v in record.get("b", {}).values())
+            and isinstance(record.get("r", {}), dict)
+            and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) for v in record.get("r", {}).values())
+            and isinstance(record.get("a", {}), dict)
+            and isinstance(record.get("pre", []), list)
+        )
+    if kind == "w":
+        return (
+            isinstance(record.get("cp"), str)
+            and isinstance(record.get("t"), str)
+            and isinstance(record.get("path", ""), str)
+            and isinstance(record.get("items"), list)
+            and all(
+                isinstance(i, list) and len(i) == 4 and isinstance(i[0], int) and all(isinstance(x, str) for x in i[1:])
+                for i in record["items"]
+            )
+        )
+    if kind == "x":
+        return isinstance(record.get("hide"), list) and all(isinstance(i, str) for i in record["hide"])
+    return kind == "name"
+
+
 def _typed(value: tuple[str, bytes]) -> list[str]:
     return [value[0], base64.b64encode(value[1]).decode("ascii")]
 
@@ -400,7 +437,15 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         for event in self.store.replay(session_id, start=start, end=end):
             record = _record_of(event.messages)
             if record is not None:
+                if not _well_formed(record):
+                    raise IntegrityError(session_id, event.seq, "a LangGraph record is malformed")
                 yield event.seq, record
+
+    def _dump(self, value: Any, what: str) -> list[str]:
+        try:
+            return _typed(self.serde.dumps_typed(value))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInputError(f"cannot serialize {what[:80]}: {str(exc)[:120]}") from None
 
     def _fold(self, session_id: str, start: int = 1, end: int | None = None) -> _Fold:
         fold = _Fold()
@@ -411,9 +456,9 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
     def _decode(self, typed: list[str], session_id: str, seq: int | None) -> Any:
         try:
             data = base64.b64decode(typed[1].encode("ascii"), validate=True)
-        except (binascii.Error, ValueError, IndexError, AttributeError):
-            raise IntegrityError(session_id, seq, "a LangGraph record does not decode") from None
-        return self.serde.loads_typed((typed[0], data))
+            return self.serde.loads_typed((typed[0], data))
+        except Exception as exc:  # any serializer failure on stored bytes: they are not what was written
+            raise IntegrityError(session_id, seq, f"a LangGraph value does not decode ({type(exc).__name__})") from None
 
     def _refresh(self, state: _State) -> bool:
         """Bring the writer to the session's head (what a later put must extend); False if none.
@@ -707,7 +752,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             blobs: dict[str, list[str]] = {}
             for channel in new_versions:
                 if channel in values:
-                    blobs[channel] = _typed(self.serde.dumps_typed(values[channel]))
+                    blobs[channel] = self._dump(values[channel], f"channel {channel!r}")
             refs: dict[str, list[Any]] = {}
             for channel, version in checkpoint["channel_versions"].items():
                 if channel in new_versions:
@@ -738,8 +783,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 "id": checkpoint["id"],
                 "p": parent_id,
                 "ns": checkpoint_ns,
-                "c": _typed(self.serde.dumps_typed(stored)),
-                "m": _typed(self.serde.dumps_typed(full_metadata)),
+                "c": self._dump(stored, "the checkpoint"),
+                "m": self._dump(full_metadata, "the checkpoint metadata"),
                 "b": blobs,
                 "r": refs,
                 "a": anc,
@@ -792,7 +837,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 slot = WRITES_IDX_MAP.get(channel, idx)
                 if slot >= 0 and (task_id, slot) in keys:
                     continue
-                items.append([slot, channel, *_typed(self.serde.dumps_typed(value))])
+                items.append([slot, channel, *self._dump(value, f"the write to channel {channel!r}")])
                 slots.append(slot)
             if not items:
                 return
