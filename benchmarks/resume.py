@@ -35,6 +35,9 @@ snapshot save of an agent holding N messages, interleaved rounds, medians.
 
 Setup writes each session straight to the server (not through the proxy),
 built in memory first and copied in parallel (``benchmarks/run.py``'s ``Env``).
+After each resume the session is put back as it was set up (the appended
+object removed, a rewritten one restored; directly, not through the proxy),
+so every resume meets exactly N messages.
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import importlib.util
 import inspect
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -367,6 +372,8 @@ class Bench:
         self.proxy = LatencyProxy(self.env.endpoint).start()
         self.bucket = self.env.new_bucket("resume")
         self.sessions: dict[tuple[str, int], str] = {}
+        #: each session's objects as set up: key -> (md5, bytes, metadata), to put it back after a run
+        self.fixtures: dict[str, dict[str, tuple[str, bytes, dict[str, str]]]] = {}
         self.layout_notes: dict[tuple[str, int], str] = {}
         self.samples: dict[tuple[str, int, float], list[Sample]] = {}
         self.appends: dict[tuple[int, float], dict[str, Any]] = {}
@@ -415,15 +422,41 @@ class Bench:
             sid = f"{kind}-{n}-{uuid.uuid4().hex[:6]}"
             self.sessions[(kind, n)] = sid
             if kind.startswith("evstore"):
-                items.extend(self.evstore_objects(sid, n, kind))
+                objects = list(self.evstore_objects(sid, n, kind))
             elif kind == "strands-s3":
-                items.extend(strands_s3_objects(self.bucket, sid, n))
+                objects = strands_s3_objects(self.bucket, sid, n)
             else:
-                items.extend(strands_snapshot_objects(sid, n))
+                objects = strands_snapshot_objects(sid, n)
+            self.fixtures[sid] = {key: (hashlib.md5(data).hexdigest(), data, meta) for key, data, meta in objects}
+            items.extend(objects)
         built = time.perf_counter() - started
         stored = self.env.bulk_put(self.bucket, items)
         took = time.perf_counter() - started - built
         print(f"(setup of {n:,} messages: {stored:,} objects built in {built:.1f} s, stored in {took:.1f} s)")
+
+    def restore(self, sid: str) -> int:
+        """Put a session back as it was set up (directly, not through the proxy), so that every resume
+        meets exactly N messages: remove what a run added, rewrite what it changed. Returns the objects touched."""
+        fixture = self.fixtures[sid]
+        first = next(iter(fixture))
+        prefix = first[: first.index(sid) + len(sid) + 1]  # "<layout's folder>/<...sid>/"
+        client = self.env.setup
+        seen: set[str] = set()
+        touched = 0
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                seen.add(key)
+                if key not in fixture:
+                    client.delete_object(Bucket=self.bucket, Key=key)
+                    touched += 1
+                elif str(item["ETag"]).strip('"') != fixture[key][0]:
+                    client.put_object(Bucket=self.bucket, Key=key, Body=fixture[key][1], Metadata=fixture[key][2])
+                    touched += 1
+        for key in fixture.keys() - seen:
+            client.put_object(Bucket=self.bucket, Key=key, Body=fixture[key][1], Metadata=fixture[key][2])
+            touched += 1
+        return touched
 
     # ---- resume -----------------------------------------------------------------------
 
@@ -485,6 +518,7 @@ class Bench:
                 order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
                 for variant in order:
                     sample = self.resume_once(variant, n)
+                    self.restore(self.sessions[(variant, n)])
                     self.samples.setdefault((variant, n, delay_ms), []).append(sample)
                     print(
                         f"  resume {n:,} @ {delay_ms:g} ms, {variant}: {sample.requests:,} requests, "
@@ -600,7 +634,8 @@ class Bench:
         )
         add(
             f"Median of {rounds} per cell, variants interleaved in alternating order. Requests and dependent round trips "
-            "are counted by the proxy (a single figure when every round agreed, else the range). The slope is the "
+            "are counted by the proxy (a single figure when every round agreed, else the range); each run meets the same "
+            "N messages (the session is put back after each). The slope is the "
             "number of round trips the time grows by per unit of delay; the intercept what remains at zero delay "
             "(client CPU and the server's own time). Client CPU: the resuming process, all threads."
         )
@@ -676,6 +711,10 @@ def main(argv: list[str] | None = None) -> int:
         big_rounds=args.big_rounds or plan.big_rounds,
         append_rounds=args.append_rounds or plan.append_rounds,
     )
+    # SIGTERM, and SIGINT even where a background start ignored it, end the run through its cleanup
+    # (the proxy, moto's process, RGW's daemons)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.perf_counter()
     load = os.getloadavg()[0]
     bench = Bench(plan, args.server)
