@@ -91,6 +91,19 @@ class Tombstone(msgspec.Struct, frozen=True):
     deleted: str
 
 
+class RekeyRecord(msgspec.Struct, frozen=True):
+    """``sessions/<sid>/rekeys/<time>-<id>``: what one rekey round re-sealed, from seq
+    ``first`` on: the hash of each old event object and of its replacement."""
+
+    sid: str
+    uid: str
+    at: str
+    kid: str
+    first: int
+    old: list[str]
+    new: list[str]
+
+
 _json_encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 _body_decoder = msgspec.json.Decoder(Body)

@@ -15,8 +15,16 @@ from evstore import (
     SessionNotFoundError,
     Store,
 )
+from evstore._codec import Manifest
+from evstore._read import decode_raw, read_manifest
 
 from .helpers import CountingStore, msg
+
+
+def manifest_of(store: Store, sid: str) -> Manifest:
+    found = read_manifest(store.shared, sid)
+    assert found is not None
+    return found[0]
 
 
 def contents(store: Store, sid: str) -> list[str]:
@@ -48,9 +56,8 @@ def test_the_forks_first_own_event_chains_to_the_parents_event(memory_store: Sto
     parent_hash = [e.hash for e in memory_store.replay("p")][1]
     memory_store.fork("p", "f", at=2).append(msg("x"))
     (own,) = memory_store.replay("f", start=3)
-    envelope = memory_store._decode_raw(
-        memory_store._load("f").manifest, 3, memory_store.backend.get(memory_store.layout.event_key("f", 3)).data
-    ).envelope
+    stored = memory_store.backend.get(memory_store.layout.event_key("f", 3)).data
+    envelope = decode_raw(manifest_of(memory_store, "f"), 3, stored).envelope
     assert envelope.prev == parent_hash and own.seq == 3
     info = memory_store.info("f")
     assert (info.parent.sid, info.parent.seq, info.parent.hash) == ("p", 2, parent_hash)  # type: ignore[union-attr]
@@ -100,8 +107,8 @@ def test_forks_of_encrypted_sessions_get_their_own_key_and_read_inherited_events
     filled(store, "p", 2)
     rotated = Store(backend, root="root", keyring=Keyring(dict(ring.keys), "k2"))
     rotated.fork("p", "f").append(msg("under k2"))
-    parent_salt = store._load("p").manifest.salt
-    fork_manifest = store._load("f").manifest
+    parent_salt = manifest_of(store, "p").salt
+    fork_manifest = manifest_of(store, "f")
     assert fork_manifest.kid == "k2" and fork_manifest.salt != parent_salt
     assert [e.key_id for e in rotated.replay("f")] == ["k1", "k1", "k2"]
     assert contents(rotated, "f") == ["m0", "m1", "under k2"]

@@ -8,7 +8,7 @@ import pytest
 
 from evstore import MemoryStore, SessionExpiredError, SessionNotFoundError, Store
 from evstore import _lifecycle as lc
-from evstore._gc import parse_duration, parse_time
+from evstore._retention import parse_duration, parse_time
 
 from .helpers import CountingStore, msg
 

@@ -9,11 +9,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # An absolute path of some machine, a climb out of the checkout, or the sibling folder of the old layout.
-OUTSIDE = re.compile(r"""(["'](/work|/home|/root|/farm|/Users)/|\.\./shared|["']shared["']\s*/\s*["']fixtures|parents\[(\d+)\])""")
+OUTSIDE = re.compile(
+    r"""(["'](/work|/home|/root|/farm|/Users)/|\.\./shared|["']shared["']\s*/\s*["']fixtures|parents\[(\d+)\])"""
+)
 
 
 def tracked_sources() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "*.py", "*.sh", ".ci/*", "*.toml", "*.cfg"], cwd=ROOT, capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "*.py", "*.sh", ".ci/*", "*.toml", "*.cfg"], cwd=ROOT, capture_output=True, text=True
+    )
     if listed.returncode == 0 and listed.stdout.strip():
         return [ROOT / name for name in listed.stdout.splitlines()]
     return [p for p in ROOT.rglob("*.py") if ".venv" not in p.parts]

@@ -228,8 +228,8 @@ def test_replay_range(memory_store: Store) -> None:
 
 
 def test_replay_is_streamed_not_read_whole(counting_store: tuple[Store, CountingStore]) -> None:
-    store, counting = counting_store
-    store.concurrency = 4
+    _, counting = counting_store
+    store = Store(counting, root="root", concurrency=4)
     writer = store.open("s", create=True)
     for i in range(500):
         writer.append(msg(f"m{i}"))
@@ -384,8 +384,8 @@ def test_compaction_segments_cut_replay_requests_and_keep_every_loose_event(
     assert counting.counts == {"GET": 2, "LIST": 2}  # the newest segment is the floor: no galloping
 
 
-def test_a_writer_with_auto_compaction_packs_its_own_runs(memory_store: Store) -> None:
-    memory_store.auto_compact = 10
+def test_a_writer_with_auto_compaction_packs_its_own_runs() -> None:
+    memory_store = Store(MemoryStore(), root="root", auto_compact=10)
     writer = memory_store.open("s", create=True)
     for i in range(25):
         writer.append(msg(f"m{i}"))

@@ -1,4 +1,5 @@
-"""Retention: installing lifecycle rules, previewing them, and garbage collection.
+"""Retention: installing lifecycle rules, previewing them (their evaluation is the pure
+``evstore._lifecycle``), and garbage collection.
 
 gc is session-granular and fork-aware. For each session prefix it removes:
 
@@ -23,16 +24,19 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from . import _lifecycle
 from ._backends import ObjectInfo, ObjectMissing
 from ._codec import Manifest, decode_manifest, parse_ts
+from ._context import StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
+from ._forks import delete, forks_of
 from ._ids import parse_fork_marker, parse_seq, validate_session_id
+from ._read import list_sessions, read_manifest
 
-if TYPE_CHECKING:
-    from ._store import Store
+#: gc never touches an object younger than this unless told otherwise.
+DEFAULT_GRACE = timedelta(days=1)
 
 #: Called for every object gc removes (or would remove, in a dry run): key, size, reason.
 OnRemove = Callable[[str, int, str], None]
@@ -65,8 +69,8 @@ class ExpiringObject:
 class _Deleter:
     """Batches deletes across sessions; keys queued ``last`` go only after every earlier batch."""
 
-    def __init__(self, store: Store, report: GcReport, on_remove: OnRemove | None) -> None:
-        self.store = store
+    def __init__(self, ctx: StoreContext, report: GcReport, on_remove: OnRemove | None) -> None:
+        self.ctx = ctx
         self.report = report
         self.on_remove = on_remove
         self.batch: list[str] = []
@@ -89,19 +93,19 @@ class _Deleter:
 
     def flush(self) -> None:
         if self.batch:
-            self.report.requests += self.store.backend.delete_many(self.batch)
+            self.report.requests += self.ctx.backend.delete_many(self.batch)
             self.batch = []
 
     def flush_all(self) -> None:
         self.flush()
         if self.last:
-            self.report.requests += self.store.backend.delete_many(self.last)
+            self.report.requests += self.ctx.backend.delete_many(self.last)
             self.last = []
 
 
-def _listing(store: Store, prefix: str, report: GcReport, start: str = "") -> Iterator[ObjectInfo]:
+def _listing(ctx: StoreContext, prefix: str, report: GcReport, start: str = "") -> Iterator[ObjectInfo]:
     while True:
-        page = store.backend.list_page(prefix, start_after=start)
+        page = ctx.backend.list_page(prefix, start_after=start)
         report.requests += 1
         report.objects_scanned += len(page.objects)
         yield from page.objects
@@ -110,10 +114,10 @@ def _listing(store: Store, prefix: str, report: GcReport, start: str = "") -> It
         start = page.next_start_after
 
 
-def _manifest(store: Store, session_id: str, report: GcReport) -> Manifest | None:
+def _manifest(ctx: StoreContext, session_id: str, report: GcReport) -> Manifest | None:
     report.requests += 1
     try:
-        data = store.backend.get(store.layout.manifest_key(session_id)).data
+        data = ctx.backend.get(ctx.layout.manifest_key(session_id)).data
     except ObjectMissing:
         return None
     try:
@@ -123,7 +127,7 @@ def _manifest(store: Store, session_id: str, report: GcReport) -> Manifest | Non
 
 
 def collect(
-    store: Store,
+    ctx: StoreContext,
     *,
     dry_run: bool,
     grace: timedelta,
@@ -138,40 +142,40 @@ def collect(
         raise InvalidInputError("grace must not be negative")
     if keep is not None and keep < 0:
         raise InvalidInputError("keep must not be negative")
-    now = now or store.clock()
+    now = now or ctx.clock()
     report = GcReport(dry_run)
-    deleter = _Deleter(store, report, on_remove)
-    rules = store.backend.get_lifecycle() if apply_lifecycle else []
+    deleter = _Deleter(ctx, report, on_remove)
+    rules = ctx.backend.get_lifecycle() if apply_lifecycle else []
     if apply_lifecycle:
         report.requests += 1
     cutoff = now - grace
     newest: list[tuple[str, str]] = []  # heap of (created, id): the ``keep`` newest ephemeral sessions
-    for session_id in store.list_sessions(prefix):
+    for session_id in list_sessions(ctx, prefix):
         report.sessions += 1
-        live = _collect_session(store, session_id, deleter, report, rules, now, cutoff)
+        live = _collect_session(ctx, session_id, deleter, report, rules, now, cutoff)
         if keep is not None and live is not None:
-            manifest = live or _manifest(store, session_id, report)
+            manifest = live or _manifest(ctx, session_id, report)
             if manifest is not None and manifest.retention == "ephemeral":
                 heapq.heappush(newest, (manifest.created, session_id))
                 if len(newest) > keep:
                     _, oldest = heapq.heappop(newest)
-                    _remove_for_keep(store, oldest, deleter, report)
+                    _remove_for_keep(ctx, oldest, deleter, report)
     report.requests += (report.sessions + 999) // 1000 or 1  # the delimiter LIST pages of list_sessions
-    _abort_uploads(store, deleter, report, rules, cutoff, now)
+    _abort_uploads(ctx, deleter, report, rules, cutoff, now)
     deleter.flush_all()
     return report
 
 
-def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: GcReport) -> None:
+def _remove_for_keep(ctx: StoreContext, session_id: str, deleter: _Deleter, report: GcReport) -> None:
     """Delete a session beyond the keep count, as ``delete`` would (forks keep it)."""
     if report.dry_run:
-        for info in _listing(store, store.layout.session_prefix(session_id), report):
+        for info in _listing(ctx, ctx.layout.session_prefix(session_id), report):
             deleter.remove(info, "beyond keep count")
         report.sessions_removed += 1
         return
     deleter.flush_all()
     try:
-        result = store.delete(session_id)
+        result = delete(ctx, session_id)
     except SessionNotFoundError:
         return  # deleted meanwhile
     if not result.kept_for_forks:
@@ -181,7 +185,7 @@ def _remove_for_keep(store: Store, session_id: str, deleter: _Deleter, report: G
 
 
 def _collect_session(
-    store: Store,
+    ctx: StoreContext,
     session_id: str,
     deleter: _Deleter,
     report: GcReport,
@@ -191,9 +195,9 @@ def _collect_session(
 ) -> Manifest | Literal[False] | None:
     """Collect one session. Returns None unless it is live; for a live one its manifest if
     this read it, else False (its first LIST page showed nothing to collect)."""
-    layout = store.layout
+    layout = ctx.layout
     prefix = layout.session_prefix(session_id)
-    first_page = store.backend.list_page(prefix)
+    first_page = ctx.backend.list_page(prefix)
     report.requests += 1
     report.objects_scanned += len(first_page.objects)
 
@@ -201,17 +205,17 @@ def _collect_session(
         """Every object of the session: the page already read, then the rest."""
         yield from first_page.objects
         if first_page.truncated:
-            yield from _listing(store, prefix, report, first_page.next_start_after)
+            yield from _listing(ctx, prefix, report, first_page.next_start_after)
 
     names = {o.key[len(prefix) :] for o in first_page.objects}
     if first_page.truncated:
-        names |= {o.key[len(prefix) :] for o in store.backend.list(prefix, start_after=layout.after_events(session_id))}
+        names |= {o.key[len(prefix) :] for o in ctx.backend.list(prefix, start_after=layout.after_events(session_id))}
         report.requests += 1
     first_seq = next((s for o in first_page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None), None)
     needs_manifest = "manifest" in names and (
         bool(rules) or "tombstone" in names or any(n.startswith("forks/") for n in names) or first_seq not in (None, 1)
     )
-    manifest = _manifest(store, session_id, report) if needs_manifest else None
+    manifest = _manifest(ctx, session_id, report) if needs_manifest else None
     if "manifest" in names and not needs_manifest:
         return False  # a live session with nothing to collect: its first page said so
     first_own = 1
@@ -238,7 +242,7 @@ def _collect_session(
         remove_all("expired remnant or orphan" if "tombstone" not in names else "deleted")
         return None
     if "tombstone" in names:
-        if not store.live_forks(session_id, manifest.uid):
+        if not forks_of(ctx, session_id, manifest.uid):
             remove_all("deleted")
         return None
     if first_seq is not None and first_seq > first_own:
@@ -246,7 +250,7 @@ def _collect_session(
         return None
     if not rules and not any(n.startswith("forks/") for n in names):
         return manifest  # read only to place the first seq of a fork: nothing to collect
-    tags = store.tags_for(manifest.retention)
+    tags = ctx.tags_for(manifest.retention)
     for info in objects():
         name = info.key[len(prefix) :]
         if info.last_modified > cutoff:
@@ -254,28 +258,28 @@ def _collect_session(
         when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size) if rules else None
         if when is not None and when <= now:
             deleter.remove(info, "lifecycle expiry")
-        elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(store, marker, manifest.uid, report):
+        elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(ctx, marker, manifest.uid, report):
             deleter.remove(info, "dead fork marker")
     return manifest
 
 
-def _fork_alive(store: Store, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:
+def _fork_alive(ctx: StoreContext, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:
     child, child_uid = marker
     try:
         validate_session_id(child)
     except InvalidInputError:
         return False
-    manifest = _manifest(store, child, report)
+    manifest = _manifest(ctx, child, report)
     return (
         manifest is not None and manifest.uid == child_uid and manifest.parent is not None and manifest.parent.uid == parent_uid
     )
 
 
 def _abort_uploads(
-    store: Store, deleter: _Deleter, report: GcReport, rules: list[_lifecycle.Rule], cutoff: datetime, now: datetime
+    ctx: StoreContext, deleter: _Deleter, report: GcReport, rules: list[_lifecycle.Rule], cutoff: datetime, now: datetime
 ) -> None:
     report.requests += 1
-    for upload in store.backend.list_incomplete_uploads(store.layout.sessions):
+    for upload in ctx.backend.list_incomplete_uploads(ctx.layout.sessions):
         due = _lifecycle.upload_abort(rules, upload.key, upload.initiated) if rules else None
         if upload.initiated > cutoff and (due is None or due > now):
             continue
@@ -284,47 +288,47 @@ def _abort_uploads(
         if deleter.on_remove is not None:
             deleter.on_remove(upload.key, 0, "incomplete upload")
         if not report.dry_run:
-            store.backend.abort_upload(upload.key, upload.upload_id)
+            ctx.backend.abort_upload(upload.key, upload.upload_id)
             report.requests += 1
 
 
-def preview(store: Store, at: datetime) -> Iterator[ExpiringObject]:
+def preview(ctx: StoreContext, at: datetime) -> Iterator[ExpiringObject]:
     """Objects the bucket's lifecycle rules will have expired by ``at`` (the rules as installed).
 
     Tags are known from each session's retention class (evstore tags every
     object of an ephemeral session), so no per-object tagging request is made.
     """
-    rules = store.backend.get_lifecycle()
+    rules = ctx.backend.get_lifecycle()
     if not rules:
         return
-    for session_id in store.list_sessions():
+    for session_id in list_sessions(ctx):
         try:
-            found = store._read_manifest(session_id)
+            found = read_manifest(ctx, session_id)
         except EvstoreError:
             found = None
         retention = found[0].retention if found is not None else None
-        prefix = store.layout.session_prefix(session_id)
-        for info in store.backend.list(prefix):
+        prefix = ctx.layout.session_prefix(session_id)
+        for info in ctx.backend.list(prefix):
             if retention is None:
                 try:
-                    tags = store.backend.get_tags(info.key)
+                    tags = ctx.backend.get_tags(info.key)
                 except ObjectMissing:
                     continue
             else:
-                tags = store.tags_for(retention)
+                tags = ctx.tags_for(retention)
             when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size)
             if when is not None and when <= at:
                 yield ExpiringObject(info.key, session_id, when)
 
 
-def apply_lifecycle_rules(store: Store, ephemeral_days: int) -> tuple[bool, list[_lifecycle.Rule]]:
+def apply_lifecycle_rules(ctx: StoreContext, ephemeral_days: int) -> tuple[bool, list[_lifecycle.Rule]]:
     """Install evstore's rules, merged with the bucket's; (changed, resulting rules). Idempotent:
     when the bucket already has them, no write is made."""
-    existing = store.backend.get_lifecycle()
-    merged = _lifecycle.merge_rules(existing, _lifecycle.evstore_rules(store.layout.sessions, ephemeral_days))
+    existing = ctx.backend.get_lifecycle()
+    merged = _lifecycle.merge_rules(existing, _lifecycle.evstore_rules(ctx.layout.sessions, ephemeral_days))
     if _lifecycle.rules_equal(merged, existing):
         return False, existing
-    store.backend.put_lifecycle(merged)
+    ctx.backend.put_lifecycle(merged)
     return True, merged
 
 

@@ -1,0 +1,139 @@
+"""What every part of the store needs, in one small object: the backend, the
+key layout, the keyring, the clock, the limits, the caches and the bounded
+thread pool. The read path, the write path, forks, audit and retention each
+receive a ``StoreContext``; none of them receives the ``Store`` facade.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeVar
+
+from . import _lifecycle
+from ._backends import ObjectExists, ObjectMissing, ObjectStore
+from ._codec import DEFAULT_MAX_EVENT_BYTES, RekeyRecord, Retention
+from ._crypto import Keyring
+from ._errors import InvalidInputError
+from ._ids import Layout
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+#: Object metadata (``x-amz-meta-evstore-write-id``) naming the append that wrote an event.
+WRITE_ID_METADATA = "evstore-write-id"
+#: The tag every object of an ephemeral session carries, set by the PUT itself.
+RETENTION_TAG = _lifecycle.RETENTION_TAG
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class StoreContext:
+    """Shared by every part of one store; safe to share between threads.
+
+    The caches hold what never changes for a session incarnation (derived keys)
+    or what the read path refreshes itself when in doubt (rekey records).
+    """
+
+    def __init__(
+        self,
+        backend: ObjectStore,
+        *,
+        root: str = "",
+        keyring: Keyring | None = None,
+        require_encryption: bool = False,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        concurrency: int = 16,
+        auto_compact: int | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if auto_compact is not None and not 2 <= auto_compact <= 100_000:
+            raise InvalidInputError("auto_compact must be a segment size from 2 to 100000")
+        self.backend = backend
+        self.layout = Layout(root)
+        self.keyring = keyring or Keyring()
+        self.require_encryption = require_encryption
+        self.max_event_bytes = max_event_bytes
+        self.concurrency = max(1, concurrency)
+        #: Segment size for writers to pack their own appends as they go (None: only ``compact``).
+        self.auto_compact = auto_compact
+        self.clock = clock
+        #: (session id, uid, key id) -> the session's derived AES key.
+        self.session_keys: dict[tuple[str, str, str], AESGCM] = {}
+        #: session id -> its rekey records, as the read path last loaded them.
+        self.rekey_records: dict[str, list[RekeyRecord]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.backend.close()
+
+    def executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="evstore-get")
+            return self._pool
+
+    def prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Iterator[tuple[A, B]]:
+        """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight."""
+        pending: deque[tuple[A, Future[B]]] = deque()
+        pool = self.executor()
+        try:
+            for item in items:
+                pending.append((item, pool.submit(fetch, item)))
+                if len(pending) >= window:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+        finally:
+            for _, future in pending:
+                future.cancel()
+
+    def tags_for(self, retention: Retention) -> dict[str, str]:
+        return {RETENTION_TAG: "ephemeral"} if retention == "ephemeral" else {}
+
+    def has_object(self, key: str) -> bool:
+        """Whether ``key`` exists: one HEAD."""
+        try:
+            self.backend.head(key)
+        except ObjectMissing:
+            return False
+        return True
+
+    def create_once(self, key: str, data: bytes, tags: Mapping[str, str]) -> None:
+        """Create ``key`` (``If-None-Match``). A 412 whose stored bytes are ours is our own
+        earlier attempt, whose answer was lost and which botocore retried: success.
+        Otherwise ``ObjectExists``. The bytes are unique (they carry a random uid or time)."""
+        try:
+            self.backend.create(key, data, tags=tags)
+        except ObjectExists:
+            try:
+                if self.backend.get(key).data == data:
+                    return
+            except ObjectMissing:
+                pass
+            raise
+
+    def forget_records(self, session_id: str) -> None:
+        """The session's rekey records changed (or may have): read them afresh next time."""
+        self.rekey_records.pop(session_id, None)
+
+    def forget_keys(self, session_id: str) -> None:
+        """The session's salt is gone (shred): its derived keys must not outlive it."""
+        for cached in [k for k in self.session_keys if k[0] == session_id]:
+            del self.session_keys[cached]

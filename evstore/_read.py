@@ -1,0 +1,566 @@
+"""The read path: a session's manifest and listing -> a verified stream of events.
+
+Decoding, session keys, the hash chain, segments, lineage across forks and
+bounded prefetch live here; every function takes the shared ``StoreContext``.
+
+Requests (N = events, S = segments):
+
+* load: GET manifest, LIST of the non-event objects (names after the digits).
+* find the head: one LIST from the newest segment (or seq 1) while fewer than
+  1,000 events follow it; beyond that, HEAD probes that gallop and bisect:
+  O(log N) in the worst case.
+* replay: load, one GET per segment (4 ahead), then a LIST per 1,000 loose
+  events and their GETs, ``2 * concurrency`` in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ._backends import ObjectMissing
+from ._codec import (
+    Body,
+    Envelope,
+    ForkRef,
+    Manifest,
+    Message,
+    RekeyRecord,
+    Retention,
+    b64decode,
+    b64encode,
+    decode_body,
+    decode_envelope,
+    decode_manifest,
+    header_aad,
+    sha256_hex,
+    unpack_segment,
+)
+from ._context import StoreContext
+from ._crypto import derive_session_key, open_sealed
+from ._errors import (
+    IntegrityError,
+    InvalidInputError,
+    KeyRequiredError,
+    SessionExpiredError,
+    SessionNotFoundError,
+)
+from ._ids import parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
+from ._views import ContextFolder, Event, Repair
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    session_id: str
+    uid: str
+    created: str
+    retention: Retention
+    head: int
+    key_id: str | None
+    parent: ForkRef | None
+    forks: list[str] = msgspec.field(default_factory=list)
+    segments: int = 0
+
+    @property
+    def encrypted(self) -> bool:
+        return self.key_id is not None
+
+
+class Meta(msgspec.Struct, frozen=True):
+    """A session's objects other than events, from one listing."""
+
+    tombstone: bool = False
+    segments: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    forks: list[tuple[str, str]] = msgspec.field(default_factory=list)
+
+
+class Loaded(msgspec.Struct, frozen=True):
+    manifest: Manifest
+    genesis: str  # sha256 of the manifest bytes: the prev of seq 1
+    meta: Meta
+
+    @property
+    def first_own(self) -> int:
+        parent = self.manifest.parent
+        return parent.seq + 1 if parent is not None and not parent.copied else 1
+
+
+class RawEvent(msgspec.Struct, frozen=True):
+    session_id: str
+    seq: int
+    data: bytes
+    envelope: Envelope
+    hash: str
+
+
+# ---- manifests and listings ------------------------------------------------
+
+
+def read_manifest(ctx: StoreContext, session_id: str) -> tuple[Manifest, str] | None:
+    """The manifest and the sha256 of its bytes, or None: one GET."""
+    try:
+        stored = ctx.backend.get(ctx.layout.manifest_key(session_id))
+    except ObjectMissing:
+        return None
+    return decode_manifest(stored.data, session_id), sha256_hex(stored.data)
+
+
+def read_meta(ctx: StoreContext, session_id: str) -> Meta:
+    """The session's tombstone, segments and fork markers: a LIST of the names after the events."""
+    prefix = ctx.layout.session_prefix(session_id)
+    tombstone = False
+    segments: list[tuple[int, int]] = []
+    forks: list[tuple[str, str]] = []
+    for info in ctx.backend.list(prefix, start_after=ctx.layout.after_events(session_id)):
+        name = info.key[len(prefix) :]
+        if name == "tombstone":
+            tombstone = True
+        elif (segment := parse_segment(name)) is not None:
+            segments.append(segment)
+        elif (fork := parse_fork_marker(name)) is not None:
+            forks.append(fork)
+    return Meta(tombstone, sorted(segments), forks)
+
+
+def first_name(ctx: StoreContext, session_id: str) -> str | None:
+    """The session-relative name of the session's first object (events sort first): one LIST."""
+    prefix = ctx.layout.session_prefix(session_id)
+    page = ctx.backend.list_page(prefix, max_keys=1)
+    return page.objects[0].key[len(prefix) :] if page.objects else None
+
+
+def gone(ctx: StoreContext, session_id: str) -> SessionNotFoundError | SessionExpiredError:
+    """The error for a session without a manifest: expired if events remain, else not found."""
+    first = first_name(ctx, session_id)
+    if first is not None and parse_seq(first) is not None:
+        return SessionExpiredError(session_id, "its manifest is gone but events remain")
+    if first == "tombstone":
+        return SessionNotFoundError(session_id, "was deleted")
+    return SessionNotFoundError(session_id)
+
+
+def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found: tuple[Manifest, str] | None = None) -> Loaded:
+    """Manifest and listing of a session (``found``: a manifest the caller already read)."""
+    validate_session_id(session_id)
+    found = found or read_manifest(ctx, session_id)
+    if found is None:
+        raise gone(ctx, session_id)
+    manifest, genesis = found
+    meta = read_meta(ctx, session_id)
+    if meta.tombstone and not deleted_ok:
+        raise SessionNotFoundError(session_id, "was deleted")
+    return Loaded(manifest, genesis, meta)
+
+
+def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
+    """The highest seq of the session, starting from its newest segment or ``known``
+    (a seq the caller knows exists: a writer's own head).
+
+    One LIST when fewer than 1,000 events follow the newest segment;
+    otherwise HEAD probes gallop up from the end of that page (doubling the
+    step) and then bisect, until 1,000 events remain for a final LIST.
+    Raises ``SessionExpiredError`` when the session's first own event is gone.
+    """
+    session_id = loaded.manifest.sid
+    layout = ctx.layout
+    prefix = layout.session_prefix(session_id)
+    floor = max([known, *(last for _, last in loaded.meta.segments)])
+
+    def tail_from(seq: int) -> tuple[list[int], bool]:
+        start = layout.event_key(session_id, seq) if seq else ""
+        page = ctx.backend.list_page(prefix, start_after=start)
+        seqs = [s for o in page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None]
+        return seqs, page.truncated and len(seqs) == len(page.objects)
+
+    seqs, more = tail_from(floor)
+    if floor == 0 and seqs and seqs[0] > loaded.first_own:
+        raise SessionExpiredError(session_id, f"its first events are gone (seq {loaded.first_own} is missing)")
+    low = seqs[-1] if seqs else floor
+    if not more:
+        return max(low, loaded.first_own - 1)
+    step = 1000
+    while ctx.has_object(layout.event_key(session_id, low + step)):
+        low += step
+        step *= 2
+    high = low + step  # known absent
+    while high - low > 1000:
+        middle = (low + high) // 2
+        if ctx.has_object(layout.event_key(session_id, middle)):
+            low = middle
+        else:
+            high = middle
+    seqs, _ = tail_from(low)
+    return seqs[-1] if seqs else low
+
+
+def live_forks(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
+    """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET each)."""
+    live = []
+    for child, child_uid in markers:
+        try:
+            found = read_manifest(ctx, validate_session_id(child))
+        except (InvalidInputError, IntegrityError):
+            continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
+        if found is not None and found[0].uid == child_uid and found[0].parent is not None and found[0].parent.uid == uid:
+            live.append(child)
+    return sorted(live)
+
+
+# ---- keys, decoding and opening ------------------------------------------------
+
+
+def session_key(ctx: StoreContext, manifest: Manifest, key_id: str) -> AESGCM:
+    cache_key = (manifest.sid, manifest.uid, key_id)
+    key = ctx.session_keys.get(cache_key)
+    if key is None:
+        master = ctx.keyring.get(key_id)
+        if master is None:
+            raise KeyRequiredError(manifest.sid, key_id)
+        key = derive_session_key(master, _salt(ctx, manifest), manifest.sid)
+        ctx.session_keys[cache_key] = key
+    return key
+
+
+def salt_key(ctx: StoreContext, session_id: str) -> str:
+    """Where a session encrypted later by rekey keeps its salt (its manifest has none)."""
+    return ctx.layout.session_prefix(session_id) + "salt"
+
+
+def _salt(ctx: StoreContext, manifest: Manifest) -> bytes:
+    if manifest.salt is not None:
+        return b64decode(manifest.salt)
+    try:
+        stored = ctx.backend.get(salt_key(ctx, manifest.sid))
+    except ObjectMissing:
+        raise IntegrityError(manifest.sid, None, "sealed events but no salt: the session was shredded") from None
+    salt = b64decode(stored.data.decode("ascii", "replace"))
+    if len(salt) != 32:
+        raise IntegrityError(manifest.sid, None, "salt object is not 32 bytes of base64")
+    return salt
+
+
+def decode_raw(manifest: Manifest, seq: int, data: bytes) -> RawEvent:
+    envelope = decode_envelope(data, manifest.sid, seq)
+    if envelope.uid != manifest.uid:
+        raise IntegrityError(manifest.sid, seq, "event belongs to another incarnation of the session")
+    return RawEvent(manifest.sid, seq, data, envelope, sha256_hex(data))
+
+
+def check_key_id(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> None:
+    """A sealed event names the session's key id, or one a rekey record moved it to."""
+    kid = raw.envelope.kid
+    if kid != manifest.kid and kid not in {r.kid for r in records(ctx, manifest.sid)}:
+        raise IntegrityError(raw.session_id, raw.seq, f"sealed under key id {kid!r:.70}, which this session never used")
+
+
+def open_body(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Body:
+    """The event's body: as stored, or unsealed with the session key (the header is the AAD)."""
+    envelope = raw.envelope
+    if envelope.body is not None:
+        if manifest.kid is not None:
+            raise IntegrityError(raw.session_id, raw.seq, "plaintext event in an encrypted session (forged)")
+        return envelope.body
+    assert envelope.sealed is not None and envelope.kid is not None
+    check_key_id(ctx, manifest, raw)
+    key = session_key(ctx, manifest, envelope.kid)
+    try:
+        sealed = b64decode(envelope.sealed)
+    except ValueError:
+        sealed = b""
+    if b64encode(sealed) != envelope.sealed:  # non-canonical base64 decodes alike: refuse any altered byte
+        raise IntegrityError(raw.session_id, raw.seq, "sealed body is not canonical base64")
+    plaintext = open_sealed(key, sealed, header_aad(envelope))
+    if plaintext is None:
+        raise IntegrityError(
+            raw.session_id, raw.seq, f"authentication failed under key id {envelope.kid!r} (wrong key or altered object)"
+        )
+    return decode_body(plaintext, raw.session_id, raw.seq)
+
+
+def to_event(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Event:
+    env = raw.envelope
+    return Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, open_body(ctx, manifest, raw))
+
+
+# ---- rekey records: old hash -> new hash of re-sealed events ---------------------
+
+
+def load_records(ctx: StoreContext, session_id: str) -> list[RekeyRecord]:
+    prefix = ctx.layout.session_prefix(session_id) + "rekeys/"
+    found = []
+    for info in ctx.backend.list(prefix):
+        try:
+            record = msgspec.json.decode(ctx.backend.get(info.key).data, type=RekeyRecord)
+        except (ObjectMissing, msgspec.DecodeError, msgspec.ValidationError):
+            continue  # not a record evstore wrote: it vouches for nothing
+        if record.sid == session_id and len(record.old) == len(record.new):
+            found.append(record)
+    return found
+
+
+def records(ctx: StoreContext, session_id: str) -> list[RekeyRecord]:
+    """The session's rekey records, cached."""
+    cached = ctx.rekey_records.get(session_id)
+    if cached is None:
+        cached = ctx.rekey_records[session_id] = load_records(ctx, session_id)
+    return cached
+
+
+def canonical_hash(ctx: StoreContext, session_id: str, digest: str) -> str:
+    """The current hash of the event that ``digest`` named, following rekey records."""
+    aliases = {old: new for r in records(ctx, session_id) for old, new in zip(r.old, r.new, strict=True)}
+    seen = set()
+    while digest in aliases and digest not in seen:
+        seen.add(digest)
+        digest = aliases[digest]
+    return digest
+
+
+def same_event(ctx: StoreContext, session_id: str, a: str, b: str) -> bool:
+    ctx.forget_records(session_id)  # a mismatch is rare: read the records afresh
+    return canonical_hash(ctx, session_id, a) == canonical_hash(ctx, session_id, b)
+
+
+# ---- the event stream ---------------------------------------------------
+
+
+def get_event_bytes(ctx: StoreContext, session_id: str, seq: int) -> bytes | None:
+    try:
+        return ctx.backend.get(ctx.layout.event_key(session_id, seq)).data
+    except ObjectMissing:
+        return None
+
+
+def _loose_events(ctx: StoreContext, session_id: str, start: int, end: int | None) -> Iterator[tuple[int, bytes | None]]:
+    """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight."""
+    prefix = ctx.layout.session_prefix(session_id)
+    after = ctx.layout.event_key(session_id, start - 1) if start > 1 else ""
+
+    def seqs() -> Iterator[int]:
+        for info in ctx.backend.list(prefix, start_after=after):
+            seq = parse_seq(info.key[len(prefix) :])
+            if seq is None or (end is not None and seq > end):
+                return
+            yield seq
+
+    return ctx.prefetched(seqs(), lambda seq: get_event_bytes(ctx, session_id, seq), ctx.concurrency * 2)
+
+
+def _segment_events(ctx: StoreContext, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+    try:
+        data = ctx.backend.get(ctx.layout.segment_key(session_id, first, last)).data
+    except ObjectMissing:
+        return []
+    return unpack_segment(data, session_id, uid, first, last)
+
+
+def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[RawEvent]:
+    """The session's own events in [start, end], from segments then loose objects, in order.
+
+    Segments are read while they continue each other from ``start``, a few
+    GETs ahead; the rest comes from the loose events, which always remain.
+    """
+    manifest = loaded.manifest
+    sid = manifest.sid
+    cursor = max(start, loaded.first_own)
+    chain: list[tuple[int, int]] = []
+    for first, last in loaded.meta.segments:
+        reach = chain[-1][1] + 1 if chain else cursor
+        if first <= reach <= last and (end is None or reach <= end):
+            chain.append((first, last))
+    fetch = lambda segment: _segment_events(ctx, sid, manifest.uid, *segment)  # noqa: E731
+    for (_, last), events in ctx.prefetched(chain, fetch, 4):
+        if not events:
+            break  # removed meanwhile (rekey, gc): the loose events are still there
+        for seq, data in events:
+            if seq >= cursor and (end is None or seq <= end):
+                yield decode_raw(manifest, seq, data)
+        cursor = last + 1
+    if end is not None and cursor > end:
+        return
+    expected = cursor
+    for seq, listed in _loose_events(ctx, sid, cursor, end):
+        if seq != expected or listed is None:
+            missing = expected if seq != expected else seq
+            if missing == loaded.first_own:
+                raise SessionExpiredError(sid, f"its first events are gone (seq {missing} is missing)")
+            raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
+        yield decode_raw(manifest, seq, listed)
+        expected += 1
+
+
+def lineage(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[tuple[Manifest, RawEvent]]:
+    """Events of the session and its ancestors in [start, end], in order, with the chain checked.
+
+    Each event's ``prev`` must be the hash of the event before it; the first
+    event's is checked too when the range starts at 1 (against the manifest)
+    or at a fork's first own seq (against the recorded parent hash).
+    """
+    manifest = loaded.manifest
+    parent = manifest.parent
+    prev: str | None = loaded.genesis if start <= 1 else None
+    if parent is not None and not parent.copied:
+        if start <= parent.seq:
+            ancestor = load(ctx, parent.sid, deleted_ok=True)
+            if ancestor.manifest.uid != parent.uid:
+                raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
+            last: RawEvent | None = None
+            for item in lineage(ctx, ancestor, start, min(parent.seq, end) if end is not None else parent.seq):
+                last = item[1]
+                yield item
+            if end is None or end >= parent.seq:
+                if last is None or last.seq != parent.seq:
+                    raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
+                if last.hash != parent.hash and canonical_hash(ctx, parent.sid, parent.hash) != last.hash:
+                    raise IntegrityError(
+                        manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
+                    )
+        prev = parent.hash if start <= parent.seq + 1 else None
+    for raw in own_raw(ctx, loaded, start, end):
+        if prev is not None and raw.envelope.prev != prev and not same_event(ctx, manifest.sid, raw.envelope.prev, prev):
+            raise IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+        prev = raw.hash
+        yield manifest, raw
+
+
+def event_hash(ctx: StoreContext, loaded: Loaded, seq: int) -> str:
+    """The hash of the lineage's event at ``seq`` (an ancestor's for inherited seqs)."""
+    manifest = loaded.manifest
+    parent = manifest.parent
+    if parent is not None and not parent.copied and seq <= parent.seq:
+        if seq == parent.seq:
+            return parent.hash
+        return event_hash(ctx, load(ctx, parent.sid, deleted_ok=True), seq)
+    data = get_event_bytes(ctx, manifest.sid, seq)
+    if data is None:
+        raise InvalidInputError(f"session {manifest.sid!r} has no event at seq {seq}")
+    return decode_raw(manifest, seq, data).hash
+
+
+# ---- what readers ask for -------------------------------------------------------
+
+
+def check_range(start: int, end: int | None) -> None:
+    validate_seq(start)
+    if end is not None:
+        validate_seq(end, allow_zero=True)
+
+
+def replay(ctx: StoreContext, session_id: str, *, start: int = 1, end: int | None = None) -> Iterator[Event]:
+    """The audit view: every event in [start, end] (a fork's inherited ones included), streamed.
+
+    Raises ``SessionNotFoundError``, ``SessionExpiredError``, ``IntegrityError``
+    (at the first event that does not decode, authenticate or chain) or
+    ``KeyRequiredError`` — lazily, as iteration reaches the problem.
+    """
+    check_range(start, end)
+    loaded = load(ctx, session_id)
+    for manifest, raw in lineage(ctx, loaded, start, end):
+        yield to_event(ctx, manifest, raw)
+
+
+def folded(ctx: StoreContext, session_id: str) -> ContextFolder:
+    folder = ContextFolder()
+    for event in replay(ctx, session_id):
+        folder.add(event.seq, event.body)
+    return folder
+
+
+def context(ctx: StoreContext, session_id: str, *, repair: Repair = "error") -> list[Message]:
+    """The context view: what an agent should send to a model next (see ``evstore._views``)."""
+    if repair not in ("error", "drop", "none"):
+        raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")
+    return folded(ctx, session_id).messages(repair)
+
+
+def info(ctx: StoreContext, session_id: str) -> SessionInfo:
+    loaded = load(ctx, session_id)
+    head = find_head(ctx, loaded)
+    manifest = loaded.manifest
+    forks = live_forks(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
+    return SessionInfo(
+        session_id,
+        manifest.uid,
+        manifest.created,
+        manifest.retention,
+        head,
+        manifest.kid,
+        manifest.parent,
+        sorted(set(forks)),
+        len(loaded.meta.segments),
+    )
+
+
+def list_sessions(ctx: StoreContext, prefix: str = "", *, start_after: str = "", limit: int | None = None) -> Iterator[str]:
+    """Session ids in order (deleted and expired remnants included), one LIST per 1,000."""
+    if prefix and not all(c.isalnum() or c in "._-" for c in prefix):
+        raise InvalidInputError(f"invalid session id prefix {prefix[:80]!r}")
+    layout = ctx.layout
+    after = layout.session_prefix(start_after) if start_after else ""
+    count = 0
+    while True:
+        page = ctx.backend.list_page(layout.sessions + prefix, start_after=after, delimiter="/")
+        for common in page.prefixes:
+            yield common[len(layout.sessions) : -1]
+            count += 1
+            if limit is not None and count >= limit:
+                return
+        if not page.truncated:
+            return
+        after = page.next_start_after
+
+
+def follow(
+    ctx: StoreContext,
+    session_id: str,
+    *,
+    after: int = 0,
+    after_hash: str | None = None,
+    interval: float = 1.0,
+    should_stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Event]:
+    """Events after seq ``after`` as other writers append them, until ``should_stop()``.
+
+    Each poll is one LIST with ``StartAfter`` = the last seen event's key, so it
+    costs the same whatever the session's length; new events are then read
+    (``concurrency`` GETs at a time), opened, and chained to the previous
+    one (to event ``after`` too when ``after_hash`` is given). ``sleep(interval)``
+    runs between polls that found the log's end. ``SessionNotFoundError`` once
+    the session is deleted: the same listing shows its tombstone, or no longer
+    its manifest. For a fork, ``after`` must be at least the fork seq (the
+    inherited events are the parent's; ``replay`` reads them).
+    """
+    loaded = load(ctx, session_id)
+    if after < loaded.first_own - 1:
+        raise InvalidInputError(f"follow a fork from its fork seq {loaded.first_own - 1} on (replay reads the earlier events)")
+    manifest = loaded.manifest
+    layout = ctx.layout
+    prefix = layout.session_prefix(session_id)
+    last = after
+    prev_hash = after_hash
+    pool = ctx.executor()
+    while not should_stop():
+        page = ctx.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
+        names = [info.key[len(prefix) :] for info in page.objects]
+        seqs = [seq for seq in map(parse_seq, names) if seq is not None]
+        fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
+        for seq, data in zip(seqs, fetched, strict=True):
+            if seq != last + 1 or data is None:
+                raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
+            raw = decode_raw(manifest, seq, data)
+            if prev_hash is not None and raw.envelope.prev != prev_hash:
+                raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
+            yield to_event(ctx, manifest, raw)
+            last, prev_hash = seq, raw.hash
+            if should_stop():
+                return
+        if "tombstone" in names or (not page.truncated and "manifest" not in names):
+            raise SessionNotFoundError(session_id, "was deleted")
+        if not (page.truncated and len(seqs) == len(names)):
+            sleep(interval)

@@ -1,0 +1,337 @@
+"""The write path: the writer (``Session``), creating and opening sessions, forks that
+start a writer, and packing events into segments.
+
+Requests:
+
+* append, steady state: 1 PUT. A 412 costs one GET to tell a lost response of
+  our own (success) from another writer's event (conflict).
+* open an existing session: GET manifest, LIST of its non-event objects, LIST
+  from the newest segment (or seq 1), GET of the head event: 4 requests while
+  fewer than 1,000 events follow the newest segment (see ``_read.find_head``).
+* create: LIST of the prefix (it must be empty: no remnants), PUT manifest;
+  the first append needs no lookup.
+* fork at a seq: GET parent manifest, LIST of its non-event objects, GET the
+  parent's event at the seq, then ``_forks.fork_manifest``'s four: 7, whatever
+  the parent's length; from a writer (``Session.fork``) the last four only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from . import _read
+from ._backends import ObjectExists, ObjectMissing
+from ._codec import (
+    FORMAT_VERSION,
+    Body,
+    Envelope,
+    ForkRef,
+    Manifest,
+    Message,
+    MessagesBody,
+    Retention,
+    RewindBody,
+    b64encode,
+    encode_body,
+    encode_json,
+    format_ts,
+    header_aad,
+    pack_segment,
+    sha256_hex,
+    validate_message,
+)
+from ._context import WRITE_ID_METADATA, StoreContext
+from ._crypto import seal
+from ._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError, WriteConflictError
+from ._forks import fork_manifest
+from ._ids import validate_seq, validate_session_id
+from ._manifests import create_manifest, new_manifest
+from ._read import Loaded, Meta
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+
+def _as_messages(message: Message | Iterable[Message]) -> list[Message]:
+    if isinstance(message, dict):
+        return [validate_message(message)]
+    messages = [validate_message(m) for m in message]
+    if not messages:
+        raise InvalidInputError("an append needs at least one message")
+    return messages
+
+
+class Session:
+    """A writer for one session. Keeps the head in memory: a steady-state append is one PUT.
+
+    Not thread-safe: give each thread its own writer (``store.open``); the
+    store's conditional PUTs keep writers of one session from overwriting
+    each other.
+    """
+
+    def __init__(self, ctx: StoreContext, manifest: Manifest, head: int, head_hash: str, seal_kid: str | None) -> None:
+        self._ctx = ctx
+        self.manifest = manifest
+        self._head = head
+        self._head_hash = head_hash
+        self._seal_kid = seal_kid
+        self._run: list[tuple[int, bytes]] = []  # own appends since the last segment boundary (auto_compact)
+
+    @property
+    def id(self) -> str:
+        return self.manifest.sid
+
+    @property
+    def head(self) -> int:
+        """The seq of the newest event this writer knows of (0 for an empty session)."""
+        return self._head
+
+    @property
+    def head_hash(self) -> str:
+        return self._head_hash
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, head={self._head})"
+
+    def append(self, message: Message | Iterable[Message], *, expected_head: int | None = None) -> int:
+        """Append one message, or a list of messages as one atomic event; return its seq.
+
+        ``expected_head``: fail with ``WriteConflictError`` unless the session's
+        head is that seq (optimistic concurrency, as EventStoreDB's expected version).
+        """
+        return self._append_body(MessagesBody(_as_messages(message)), expected_head)
+
+    def rewind(self, to_seq: int, *, keep: int | None = None, expected_head: int | None = None) -> int:
+        """Withdraw every message after ``to_seq`` (after its first ``keep`` messages) from the
+        context view. Nothing is deleted: the audit view keeps every event."""
+        validate_seq(to_seq, allow_zero=True)
+        if to_seq > self._head:
+            raise InvalidInputError(f"cannot rewind to seq {to_seq}: the head is {self._head}")
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
+            raise InvalidInputError("keep must be a non-negative integer")
+        return self._append_body(RewindBody(to_seq, keep), expected_head)
+
+    def pop(self) -> Message | None:
+        """Withdraw the newest message of the context view and return it (None when empty).
+
+        Reads the session to find it: O(N) requests, unlike append.
+        """
+        live = _read.folded(self._ctx, self.id).positioned()
+        self._adopt_head()
+        if not live:
+            return None
+        position, message = live[-1]
+        self._append_body(RewindBody(position.seq, position.index), None)
+        return message
+
+    def clear(self) -> int:
+        """Withdraw every message from the context view (a rewind to seq 0)."""
+        return self._append_body(RewindBody(0, None), None)
+
+    def fork(self, target: str, *, retention: Retention | None = None) -> Session:
+        """Fork this session at this writer's head into ``target``, without reading the parent:
+        LIST target prefix, PUT marker, PUT manifest, HEAD own tombstone."""
+        validate_session_id(target)
+        if target == self.id:
+            raise InvalidInputError("a session cannot be forked into itself")
+        if self._head == 0:
+            raise InvalidInputError(f"session {self.id!r} has no events to fork")
+        if self.manifest.retention == "ephemeral":
+            return fork(self._ctx, self.id, target, at=self._head, retention=retention)
+        manifest = fork_manifest(self._ctx, self.manifest, target, self._head, self._head_hash, retention)
+        return Session(self._ctx, manifest, self._head, self._head_hash, manifest.kid)
+
+    def refresh(self) -> int:
+        """Adopt events other writers appended since this writer's head; return the new head."""
+        self._adopt_head()
+        return self._head
+
+    def _adopt_head(self) -> None:
+        ctx = self._ctx
+        loaded = _read.load(ctx, self.id)
+        if loaded.manifest.uid != self.manifest.uid:
+            raise SessionNotFoundError(self.id, "was deleted and created again")
+        known = self._head if self._head >= loaded.first_own else 0
+        head = _read.find_head(ctx, loaded, known)
+        if head > self._head:
+            self._head, self._head_hash, self._seal_kid = head_state(ctx, loaded, head)
+
+    def _seal_key(self) -> tuple[str | None, AESGCM | None]:
+        kid = self._seal_kid
+        if kid is None:
+            if self._ctx.require_encryption:
+                raise InvalidInputError(f"session {self.id!r} is plaintext and encryption is required: rekey it first")
+            return None, None
+        return kid, _read.session_key(self._ctx, self.manifest, kid)
+
+    def _append_body(self, body: Body, expected_head: int | None) -> int:
+        ctx = self._ctx
+        if expected_head is not None and expected_head != self._head:
+            raise WriteConflictError(self.id, expected_head + 1, f"expected head {expected_head} but it is {self._head}")
+        plaintext = encode_body(body, ctx.max_event_bytes)
+        kid, key = self._seal_key()
+        seq = self._head + 1
+        write_id = os.urandom(16).hex()
+        envelope = Envelope(
+            FORMAT_VERSION, self.id, self.manifest.uid, seq, format_ts(ctx.clock()), write_id, self._head_hash, kid
+        )
+        if key is None:
+            envelope = msgspec.structs.replace(envelope, body=body)
+        else:
+            envelope = msgspec.structs.replace(envelope, sealed=b64encode(seal(key, plaintext, header_aad(envelope))))
+        data = encode_json(envelope)
+        try:
+            ctx.backend.create(
+                ctx.layout.event_key(self.id, seq),
+                data,
+                metadata={WRITE_ID_METADATA: write_id},
+                tags=ctx.tags_for(self.manifest.retention),
+            )
+        except ObjectExists:
+            data = self._resolve_taken(seq, write_id)
+        self._head, self._head_hash = seq, sha256_hex(data)
+        if ctx.auto_compact is not None:
+            self._pack_as_we_go(seq, data, ctx.auto_compact)
+        return seq
+
+    def _pack_as_we_go(self, seq: int, data: bytes, size: int) -> None:
+        """Keep this writer's run of appends; at each multiple of ``size`` write it as a segment
+        (one extra PUT per ``size`` appends). A run that another writer interleaved, or that
+        began before this writer opened, is left to ``compact``."""
+        if self._run and self._run[-1][0] != seq - 1:
+            self._run = []
+        if self._run or (seq - 1) % size == 0:
+            self._run.append((seq, data))
+        if seq % size == 0 and len(self._run) == size:
+            ctx = self._ctx
+            with contextlib.suppress(ObjectExists):
+                ctx.backend.create(
+                    ctx.layout.segment_key(self.id, self._run[0][0], seq),
+                    pack_segment(self.id, self.manifest.uid, self._run),
+                    tags=ctx.tags_for(self.manifest.retention),
+                )
+            self._run = []
+
+    def _resolve_taken(self, seq: int, write_id: str) -> bytes:
+        """A 412 at ``seq``: our own earlier attempt (lost response) is success, else a conflict."""
+        ctx = self._ctx
+        try:
+            stored = ctx.backend.get(ctx.layout.event_key(self.id, seq))
+        except ObjectMissing:
+            raise WriteConflictError(self.id, seq, "the event there was removed meanwhile") from None
+        if stored.metadata.get(WRITE_ID_METADATA) == write_id:
+            return stored.data
+        raise WriteConflictError(self.id, seq)
+
+
+def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
+    """(head, hash of the head event, key id to seal with): what the next append continues.
+
+    A session keeps sealing under the key id of its newest event (its
+    manifest's at first), so rotating the active key never mixes keys
+    into an old session; ``rekey`` moves it to the active key.
+    """
+    manifest = loaded.manifest
+    parent = manifest.parent
+    if head < loaded.first_own:
+        if parent is not None and not parent.copied:
+            return parent.seq, parent.hash, manifest.kid
+        return 0, loaded.genesis, manifest.kid
+    data = _read.get_event_bytes(ctx, manifest.sid, head)
+    if data is None:
+        raise IntegrityError(manifest.sid, head, "head event vanished while opening")
+    raw = _read.decode_raw(manifest, head, data)
+    return head, raw.hash, raw.envelope.kid
+
+
+def create(ctx: StoreContext, session_id: str, *, retention: Retention = "permanent") -> Session:
+    """Create a new, empty session; ``SessionExistsError`` if the id is taken."""
+    validate_session_id(session_id)
+    manifest = new_manifest(ctx, session_id, retention, None)
+    genesis = create_manifest(ctx, manifest)
+    return Session(ctx, manifest, 0, genesis, manifest.kid)
+
+
+def open_session(
+    ctx: StoreContext, session_id: str, *, create_missing: bool = False, retention: Retention = "permanent"
+) -> Session:
+    """A writer for the session, at its current head. With ``create_missing``, a missing session is created."""
+    validate_session_id(session_id)
+    found = _read.read_manifest(ctx, session_id)
+    if create_missing and found is None:
+        try:
+            return create(ctx, session_id, retention=retention)
+        except SessionExistsError:
+            pass  # created concurrently (or deleted): open what is there
+    loaded = _read.load(ctx, session_id, found=found)
+    return Session(ctx, loaded.manifest, *head_state(ctx, loaded, _read.find_head(ctx, loaded)))
+
+
+def fork(ctx: StoreContext, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> Session:
+    """Fork ``source`` at ``at`` (default: its head) into a new session ``target``; return its writer.
+
+    A fork of an ephemeral session copies the events up to ``at`` instead of
+    referencing them, since the bucket's lifecycle rules would otherwise remove
+    them under the fork.
+    """
+    validate_session_id(target)
+    if at is not None:
+        validate_seq(at)
+    if source == target:
+        raise InvalidInputError("a session cannot be forked into itself")
+    loaded = _read.load(ctx, source)
+    if at is None:
+        at = _read.find_head(ctx, loaded)
+        if at == 0:
+            raise InvalidInputError(f"session {source!r} has no events to fork")
+    if loaded.manifest.retention == "ephemeral":
+        return _fork_by_copy(ctx, loaded, target, at, retention or "ephemeral")
+    at_hash = _read.event_hash(ctx, loaded, at)
+    manifest = fork_manifest(ctx, loaded.manifest, target, at, at_hash, retention)
+    return Session(ctx, manifest, at, at_hash, manifest.kid)
+
+
+def _fork_by_copy(ctx: StoreContext, loaded: Loaded, target: str, at: int, retention: Retention) -> Session:
+    events = list(_read.replay(ctx, loaded.manifest.sid, end=at))
+    if not events or events[-1].seq != at:
+        raise InvalidInputError(f"session {loaded.manifest.sid!r} has no event at seq {at}")
+    ref = ForkRef(loaded.manifest.sid, loaded.manifest.uid, at, events[-1].hash, copied=True)
+    manifest = new_manifest(ctx, target, retention, ref)
+    session = Session(ctx, manifest, 0, create_manifest(ctx, manifest), manifest.kid)
+    for event in events:
+        session._append_body(event.body, None)
+    return session
+
+
+def compact(ctx: StoreContext, session_id: str, *, segment_size: int = 1000) -> list[tuple[int, int]]:
+    """Pack full runs of ``segment_size`` loose events into segment objects; return the new ones.
+
+    Loose events are never deleted, so no seq slot is ever freed: a stale
+    writer still meets ``If-None-Match`` at every seq. A segment holds the
+    exact bytes of its events, so the chain and verify read it as they read them.
+    """
+    if not 2 <= segment_size <= 100_000:
+        raise InvalidInputError("segment size must be from 2 to 100000")
+    loaded = _read.load(ctx, session_id)
+    manifest = loaded.manifest
+    start = max([loaded.first_own] + [last + 1 for _, last in loaded.meta.segments])
+    made: list[tuple[int, int]] = []
+    run: list[tuple[int, bytes]] = []
+    for raw in _read.own_raw(ctx, Loaded(manifest, loaded.genesis, Meta()), start, None):
+        run.append((raw.seq, raw.data))
+        if len(run) == segment_size:
+            first, last = run[0][0], run[-1][0]
+            with contextlib.suppress(ObjectExists):  # another compactor made the same segment
+                ctx.backend.create(
+                    ctx.layout.segment_key(session_id, first, last),
+                    pack_segment(session_id, manifest.uid, run),
+                    tags=ctx.tags_for(manifest.retention),
+                )
+            made.append((first, last))
+            run = []
+    return made

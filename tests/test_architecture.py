@@ -1,0 +1,104 @@
+"""The code's structure, kept by tests: no import circles, and the parts below the
+``Store`` facade never import it (each receives the shared ``StoreContext``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"evstore": ROOT / "evstore", "evstore_cli": ROOT / "cli"}
+
+
+def module_name(package: str, path: Path) -> str:
+    parts = [package, *path.relative_to(PACKAGES[package]).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(package: str, path: Path, known: set[str]) -> set[str]:
+    """The package's own modules that ``path`` imports, at run time or for type checking alike."""
+    name = module_name(package, path)
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            targets = [origin] + [f"{origin}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p, f): (p, f) for p, d in PACKAGES.items() for f in d.rglob("*.py")}
+    known = set(files)
+    # ``from . import x`` in a submodule names its sibling x, not the package's __init__
+    return {m: {t for t in imports_of(p, f, known) if not m.startswith(t + ".")} for m, (p, f) in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), and self-imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles_in_evstore_or_the_command() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_no_part_below_the_facade_imports_the_store() -> None:
+    graph = import_graph()
+    above = {"evstore", "evstore._store", "evstore._url", "evstore._async", "evstore._doctor"}
+    below = [m for m in graph if m.startswith("evstore.") and m not in above and not m.startswith("evstore.integrations")]
+    assert [m for m in below if "evstore._store" in graph[m]] == []
+
+
+def test_the_store_facade_is_short() -> None:
+    assert len((ROOT / "evstore" / "_store.py").read_text().splitlines()) <= 250
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """The checker itself can fail."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"a"}}) == [["a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
