@@ -1,4 +1,5 @@
-"""Master keys, per-session keys and sealing. Pure functions only (no I/O but reading a keyring file).
+"""Master keys, per-session keys and sealing. Pure functions only (no I/O but reading and
+writing a keyring file).
 
 * A master key is 32 bytes, named by a key id that every session records.
   A keyring file names its keys; a key from ``EVSTORE_KEY`` is called
@@ -12,11 +13,16 @@
 from __future__ import annotations
 
 import binascii
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
-from collections.abc import Mapping
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -52,26 +58,94 @@ def _decode_key(text: str, where: str) -> bytes:
     return key
 
 
+#: A keyring file larger than this is refused (about 14,000 keys).
+MAX_KEYRING_BYTES = 1 << 20
+
+
+def _read_keyring_file(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes: a regular file (reached through symlinks, as mounted secrets are) of at
+    most ``MAX_KEYRING_BYTES``; a FIFO or device is refused at once, never read or waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read keyring {str(path)!r}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidInputError(f"keyring {str(path)!r} is not a regular file")
+        if info.st_size > MAX_KEYRING_BYTES:
+            raise InvalidInputError(f"keyring {str(path)!r} is larger than {MAX_KEYRING_BYTES} bytes")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(MAX_KEYRING_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read keyring {str(path)!r}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_KEYRING_BYTES:
+        raise InvalidInputError(f"keyring {str(path)!r} is larger than {MAX_KEYRING_BYTES} bytes")
+    return raw
+
+
 def generate_key() -> str:
     """A new master key, as base64 text."""
     return b64encode(os.urandom(KEY_BYTES))
 
 
-class Keyring(msgspec.Struct, frozen=True):
-    """Master keys by key id; ``active`` seals new sessions. Its repr shows no key."""
+class Keyring:
+    """Master keys by key id; ``active`` seals new sessions. Immutable.
 
-    keys: Mapping[str, bytes] = msgspec.field(default_factory=dict)
-    active: str | None = None
+    It never shows key bytes by accident: ``repr``/``str`` and rich's repr
+    (``__rich_repr__``) name the key ids only, and it is not a type msgspec can
+    encode (``msgspec.to_builtins``/``msgspec.json.encode`` raise ``TypeError``).
+    The bytes are reachable only by asking for them (``keys``, ``get``).
+    """
+
+    __slots__ = ("_active", "_keys")
+    _keys: Mapping[str, bytes]
+    _active: str | None
+
+    def __init__(self, keys: Mapping[str, bytes] | None = None, active: str | None = None) -> None:
+        frozen = MappingProxyType(dict(keys or {}))
+        for kid, key in frozen.items():
+            if not isinstance(kid, str) or not _KEY_ID.fullmatch(kid) or not isinstance(key, bytes) or len(key) != KEY_BYTES:
+                raise InvalidInputError(f"keyring entry {kid!r:.70} is not a valid key id with a 32-byte key")
+        if active is not None and active not in frozen:
+            raise InvalidInputError(f"active key id {active!r:.70} is not in the keyring")
+        object.__setattr__(self, "_keys", frozen)
+        object.__setattr__(self, "_active", active)
+
+    @property
+    def keys(self) -> Mapping[str, bytes]:
+        """The master keys by key id (read-only)."""
+        return self._keys
+
+    @property
+    def active(self) -> str | None:
+        return self._active
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("a Keyring is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("a Keyring is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Keyring):
+            return NotImplemented
+        return self._active == other._active and dict(self._keys) == dict(other._keys)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by content, which is a mutable-looking mapping
+
+    def __reduce__(self) -> tuple[type[Keyring], tuple[dict[str, bytes], str | None]]:
+        # copy/deepcopy/pickle rebuild it through the validating constructor
+        return (Keyring, (dict(self._keys), self._active))
 
     def __repr__(self) -> str:
-        return f"Keyring(active={self.active!r}, key_ids={sorted(self.keys)!r})"
+        return f"Keyring(active={self._active!r}, key_ids={sorted(self._keys)!r})"
 
-    def __post_init__(self) -> None:
-        for kid, key in self.keys.items():
-            if not _KEY_ID.fullmatch(kid) or len(key) != KEY_BYTES:
-                raise InvalidInputError(f"keyring entry {kid!r:.70} is not a valid key id with a 32-byte key")
-        if self.active is not None and self.active not in self.keys:
-            raise InvalidInputError(f"active key id {self.active!r:.70} is not in the keyring")
+    def __rich_repr__(self) -> Iterator[tuple[str, object]]:
+        yield "active", self._active
+        yield "key_ids", sorted(self._keys)
 
     @classmethod
     def from_key(cls, key_b64: str, key_id: str = "default") -> Keyring:
@@ -79,10 +153,7 @@ class Keyring(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Keyring:
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise InvalidInputError(f"cannot read keyring {str(path)!r}: {exc.strerror}") from None
+        raw = _read_keyring_file(path)
         try:
             parsed = msgspec.json.decode(raw, type=_KeyringFile)
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -113,25 +184,60 @@ class Keyring(msgspec.Struct, frozen=True):
 
 
 def add_key_to_file(path: str | os.PathLike[str], key_id: str | None = None) -> str:
-    """Add a new key to a keyring file (created if missing), make it active; return its id."""
+    """Add a new key to a keyring file (created if missing), make it active; return its id.
+
+    Safe under concurrent runs and in shared directories: an exclusive ``flock`` on
+    ``<file>.lock`` (beside it, opened without following a symlink, kept afterwards)
+    serializes read-modify-write, so no run's key is lost; the new keyring is written to
+    a fresh ``mkstemp`` file (mode 0600) in the same directory, fsynced, renamed over the
+    keyring, and the directory fsynced. A planted ``<file>.tmp`` or symlink receives nothing.
+    """
     target = Path(path)
-    ring = Keyring.from_file(target) if target.exists() else Keyring()
-    key = os.urandom(KEY_BYTES)
-    kid = key_id or key_fingerprint(key)
-    if kid in ring.keys:
-        raise InvalidInputError(f"key id {kid!r:.70} is already in the keyring")
-    keys = dict(ring.keys)
-    keys[kid] = key
-    Keyring(keys, kid)  # validates the new id
-    document = _KeyringFile(kid, {k: b64encode(v) for k, v in keys.items()})
-    tmp = target.with_name(target.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(msgspec.json.format(msgspec.json.encode(document)))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
+    lock_path = target.with_name(target.name + ".lock")
+    try:
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise InvalidInputError(f"cannot lock keyring {str(target)!r} ({str(lock_path)!r}): {exc.strerror}") from None
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        ring = Keyring.from_file(target) if os.path.lexists(target) else Keyring()
+        key = os.urandom(KEY_BYTES)
+        kid = key_id or key_fingerprint(key)
+        if kid in ring.keys:
+            raise InvalidInputError(f"key id {kid!r:.70} is already in the keyring")
+        keys = dict(ring.keys)
+        keys[kid] = key
+        Keyring(keys, kid)  # validates the new id
+        document = _KeyringFile(kid, {k: b64encode(v) for k, v in keys.items()})
+        _replace_file(target, msgspec.json.format(msgspec.json.encode(document)))
+    finally:
+        os.close(lock_fd)  # releases the lock
     return kid
+
+
+def _replace_file(target: Path, data: bytes) -> None:
+    """Write ``data`` to a new private temp file beside ``target``, fsync it, rename it over
+    ``target`` and fsync the directory; the temp file never outlives a failure."""
+    directory = target.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write keyring {str(target)!r}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise InvalidInputError(f"cannot write keyring {str(target)!r}: {exc.strerror}") from None
 
 
 def new_salt() -> bytes:

@@ -141,7 +141,7 @@ def test_get_of_an_empty_object_with_a_limit(backend: ObjectStore) -> None:
 
 
 def test_refused_objects_exit_with_the_integrity_code() -> None:
-    from cli._common import exit_code_for
+    from evstore_cli._common import exit_code_for
 
     assert exit_code_for(ObjectRefused("root/sessions/s/manifest", "too large")) == 5
 
