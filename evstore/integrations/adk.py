@@ -461,6 +461,10 @@ class EvstoreSessionService(BaseSessionService):
             except StoreSessionNotFoundError:
                 return None, 0, {}
             uid, head = writer.manifest.uid, writer.head
+            with self._lock:
+                known = self._snapshots.get(f"{evstore_id}:{uid}:{head}")
+            if known is not None:  # events never change: the head's snapshot read or written before
+                return writer, head, copy.deepcopy(known)
             for stored in self._chunks(evstore_id, head, 1):
                 record = _record(stored)
                 if record is not None and isinstance(record.get("state"), dict):
