@@ -7,12 +7,13 @@ This module imports ``_common`` and ``_output``, never ``_main``.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 import click
 import msgspec
@@ -71,6 +72,22 @@ def check_output_path(path: str) -> None:
         raise InvalidInputError(f"cannot write {path!r}: the folder {folder!r} does not exist (create it first)")
     if os.path.isdir(path):
         raise InvalidInputError(f"cannot write {path!r}: it is a folder; name a file")
+
+
+def _open_output(path: str) -> IO[bytes]:
+    """Standard output for "-", else ``path`` opened for writing with mode 0600: an export may
+    hold decrypted messages, so a new file is private and an existing regular file is made
+    private before anything is written to it."""
+    if path == "-":
+        return click.open_file("-", "wb")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _json_line(value: object) -> None:
@@ -164,7 +181,7 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
     else:
         chunks = render_jsonl(messages)
     try:
-        with click.open_file(output, "wb") as out:
+        with _open_output(output) as out:
             for chunk in chunks:
                 out.write(chunk)
             out.flush()
@@ -189,7 +206,7 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
     generated = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     page = render_html(session, events, verified=verified, info=info, generated=generated).encode()
     try:
-        with click.open_file(output, "wb") as out:
+        with _open_output(output) as out:
             out.write(page)
             out.flush()
     except OSError as exc:

@@ -44,34 +44,40 @@ def open_backend(
     """The backend a URL names, and the store root inside it. ``network`` (default: from the
     environment) and ``on_retry`` apply to S3 stores, the only ones that make requests."""
     env = os.environ if environ is None else environ
+    shown = redact_url(url)  # what messages show: never the credentials a URL may carry
     if not url.isprintable():  # control characters, NUL, lone surrogates
-        raise InvalidInputError(f"store URL {url[:100]!r} has characters a URL cannot have")
+        raise InvalidInputError(f"store URL {shown!r} has characters a URL cannot have")
     try:
         parsed = urllib.parse.urlsplit(url)
     except ValueError:
-        raise InvalidInputError(f"store URL {url[:100]!r} does not parse") from None
+        raise InvalidInputError(f"store URL {shown!r} does not parse") from None
     scheme = parsed.scheme.lower()
+    if _has_credentials(url, parsed):
+        raise InvalidInputError(
+            f"store URL {shown!r} carries credentials: evstore never takes them from a URL; "
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
+        )
     if parsed.query or parsed.fragment:
-        raise InvalidInputError(f"store URL {url[:100]!r} must not have a query or fragment")
+        raise InvalidInputError(f"store URL {shown!r} must not have a query or fragment")
     if scheme == "memory":
         return MemoryStore(), parsed.path.strip("/")
     if scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
-            raise InvalidInputError(f"store URL {url[:100]!r}: use file:///absolute/path")
+            raise InvalidInputError(f"store URL {shown!r}: use file:///absolute/path")
         try:
             path = urllib.parse.unquote(parsed.path, errors="strict")
         except UnicodeDecodeError:
-            raise InvalidInputError(f"store URL {url[:100]!r}: the path is not UTF-8") from None
+            raise InvalidInputError(f"store URL {shown!r}: the path is not UTF-8") from None
         if "\x00" in path:
-            raise InvalidInputError(f"store URL {url[:100]!r}: the path has a NUL byte")
+            raise InvalidInputError(f"store URL {shown!r}: the path has a NUL byte")
         return LocalStore(path), ""
     if scheme == "s3":
         bucket = parsed.netloc
         if not _BUCKET.fullmatch(bucket) or ".." in bucket:
-            raise InvalidInputError(f"store URL {url[:100]!r}: {bucket[:70]!r} is not a valid bucket name")
+            raise InvalidInputError(f"store URL {shown!r}: {bucket[:70]!r} is not a valid bucket name")
         root = parsed.path.strip("/")
         if any(part in ("", ".", "..") for part in root.split("/")) and root:
-            raise InvalidInputError(f"store URL {url[:100]!r}: the root has an empty or dot segment")
+            raise InvalidInputError(f"store URL {shown!r}: the root has an empty or dot segment")
         from ._backends._s3 import S3Store  # boto3 is slow to import: only when needed
 
         endpoint = endpoint_url or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
@@ -88,19 +94,60 @@ def open_backend(
             retry_mode=net.retry_mode,
             on_retry=on_retry,
         ), root
-    raise InvalidInputError(f"unsupported store URL {url[:100]!r}: use s3://bucket[/root], file:///path or memory://")
+    raise InvalidInputError(f"unsupported store URL {shown!r}: use s3://bucket[/root], file:///path or memory://")
 
 
 def check_endpoint_url(endpoint: str) -> None:
-    """``InvalidInputError`` unless ``endpoint`` is an ``http://`` or ``https://`` URL with a host."""
+    """``InvalidInputError`` unless ``endpoint`` is an ``http://`` or ``https://`` URL with a host
+    and no credentials (boto3 never sends them from there; messages never show them)."""
+    shown = redact_url(endpoint)
     try:
         parsed = urllib.parse.urlsplit(endpoint)
+        credentials = _has_credentials(endpoint, parsed)
         parsed.port  # noqa: B018  (a port that is not a number raises here)
     except ValueError:
         parsed = None
+        credentials = "@" in endpoint
+    if credentials:
+        raise InvalidInputError(
+            f"endpoint URL {shown!r} carries credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY instead"
+        )
     if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.hostname or not endpoint.isprintable():
-        hint = f": use http://{endpoint} (or https://)" if endpoint.isprintable() and "://" not in endpoint else ""
-        raise InvalidInputError(f"endpoint URL {endpoint[:100]!r} is not http(s)://HOST[:PORT]{hint}")
+        hint = f": use http://{shown} (or https://)" if endpoint.isprintable() and "://" not in endpoint else ""
+        raise InvalidInputError(f"endpoint URL {shown!r} is not http(s)://HOST[:PORT]{hint}")
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def redact_url(url: str, limit: int = 100) -> str:
+    """``url`` as messages show it: credentials (``user:secret@``) replaced by ``***@``, cut to
+    ``limit`` characters. A secret may hold '/' unescaped (AWS secret keys do), so everything
+    between ``://`` and the last '@' goes (in ``file:`` URLs only the authority's)."""
+    match = _SCHEME.match(url)
+    start = match.end() if match else 0
+    if url[:start].lower() == "file://":
+        end = len(url)
+        for stop in "/?#":
+            found = url.find(stop, start)
+            end = min(end, found) if found >= 0 else end
+        at = url.rfind("@", start, end)
+    else:
+        at = url.rfind("@", start)
+    if at >= 0:
+        url = url[:start] + "***" + url[at:]
+    return url[:limit]
+
+
+def _has_credentials(url: str, parsed: urllib.parse.SplitResult) -> bool:
+    """A userinfo part (``user[:secret]@``), also when an unescaped '/' in the secret makes the
+    URL parser cut the authority short (``s3://AKIA:abc/def@bucket``)."""
+    if "@" in parsed.netloc:
+        return True
+    match = _SCHEME.match(url)
+    rest = url[match.end() :] if match else ""
+    before, at, _ = rest.partition("@")
+    return bool(at) and ":" in before and parsed.scheme.lower() != "file"
 
 
 def check_credentials(backend: ObjectStore) -> None:
