@@ -1,0 +1,185 @@
+"""The Pydantic AI helper: EvstoreHistory, with real agents on FunctionModel and TestModel (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from evstore import IntegrityError, MemoryStore, ObjectStore, SessionNotFoundError, Store, WriteConflictError
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    BinaryContent,
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+
+from evstore.integrations.pydantic_ai import META_KEY, EvstoreHistory
+
+
+def as_json(messages: list[ModelMessage]) -> list[Any]:
+    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")  # type: ignore[no-any-return]
+
+
+def prompts(messages: list[ModelMessage]) -> list[str]:
+    out: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, UserPromptPart | TextPart) and isinstance(part.content, str):
+                out.append(part.content)
+    return out
+
+
+class Echo:
+    """A FunctionModel function: answers with the prompts it was sent, and records them."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[str]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.seen.append(prompts(messages))
+        return ModelResponse(parts=[TextPart(f"answer {len(self.seen)}")])
+
+
+@pytest.fixture
+def store() -> Store:
+    return Store(MemoryStore(), root="root")
+
+
+def test_a_history_resumes_in_a_fresh_store_object(backend: ObjectStore) -> None:
+    echo = Echo()
+    agent = Agent(FunctionModel(echo), instructions="Be brief.")
+    history = EvstoreHistory(Store(backend, root="root"), "chat")
+    first = agent.run_sync("hello", message_history=history.load())
+    history.save(first.new_messages())
+
+    resumed = EvstoreHistory(Store(backend, root="root"), "chat")  # a new process
+    loaded = resumed.load()
+    assert loaded == first.all_messages()
+    second = agent.run_sync("and again?", message_history=loaded)
+    assert echo.seen[-1] == ["hello", "answer 1", "and again?"]
+    resumed.save(second.new_messages())
+    assert as_json(EvstoreHistory(Store(backend, root="root"), "chat").load()) == as_json(second.all_messages())
+
+
+def test_each_save_is_one_event_holding_the_runs_new_messages(store: Store) -> None:
+    agent = Agent(FunctionModel(Echo()))
+    history = EvstoreHistory(store, "chat")
+    runs = []
+    for prompt in ("one", "two", "three"):
+        result = agent.run_sync(prompt, message_history=history.load())
+        history.save(result.new_messages())
+        runs.append(result.new_messages())
+    events = list(store.replay("chat"))
+    assert [len(e.messages) for e in events] == [len(r) for r in runs]
+    assert [[m["meta"][META_KEY] for m in e.messages] for e in events] == [as_json(r) for r in runs]
+    assert [m["role"] for m in events[0].messages] == ["user", "assistant"]
+    assert [m["content"] for m in events[0].messages] == ["one", "answer 1"]
+
+
+def test_tool_calls_and_returns_round_trip(store: Store) -> None:
+    agent = Agent(TestModel())
+
+    @agent.tool_plain
+    def forecast(city: str) -> str:
+        """The forecast for a city."""
+        return f"rain in {city}"
+
+    history = EvstoreHistory(store, "chat")
+    result = agent.run_sync("weather?", message_history=history.load())
+    history.save(result.new_messages())
+    loaded = EvstoreHistory(store, "chat").load()
+    assert loaded == result.all_messages()
+    parts = [p for m in loaded for p in m.parts]
+    assert any(isinstance(p, ToolCallPart) for p in parts) and any(isinstance(p, ToolReturnPart) for p in parts)
+
+
+def test_bytes_round_trip(store: Store) -> None:
+    data = bytes(range(256))
+    agent = Agent(FunctionModel(Echo()))
+    history = EvstoreHistory(store, "chat")
+    result = agent.run_sync(["look at this", BinaryContent(data=data, media_type="application/octet-stream")])
+    history.save(result.new_messages())
+    loaded = EvstoreHistory(store, "chat").load()
+    assert as_json(loaded) == as_json(result.all_messages())
+    first = loaded[0].parts[0]
+    assert isinstance(first, UserPromptPart) and not isinstance(first.content, str)
+    binary = first.content[1]
+    assert isinstance(binary, BinaryContent) and binary.data == data
+
+
+def test_a_save_after_another_writer_extended_the_history_conflicts_and_writes_nothing(store: Store) -> None:
+    agent = Agent(FunctionModel(Echo()))
+    one, two = EvstoreHistory(store, "chat"), EvstoreHistory(store, "chat")
+    one.load()
+    two.load()
+    one.save(agent.run_sync("from one").new_messages())
+    with pytest.raises(WriteConflictError):
+        two.save(agent.run_sync("from two").new_messages())
+    assert prompts(EvstoreHistory(store, "chat").load()) == ["from one", "answer 1"]
+    assert prompts(two.load()) == ["from one", "answer 1"]  # load again, and it appends
+    two.save(agent.run_sync("from two").new_messages())
+    assert len(list(store.replay("chat"))) == 2
+
+
+def test_an_empty_save_writes_nothing(store: Store) -> None:
+    history = EvstoreHistory(store, "chat")
+    assert history.load() == []
+    assert history.save([]) is None
+    assert list(store.replay("chat")) == []
+
+
+def test_retractions_apply_to_the_loaded_history(store: Store) -> None:
+    agent = Agent(FunctionModel(Echo()))
+    history = EvstoreHistory(store, "chat")
+    for prompt in ("keep", "drop"):
+        history.save(agent.run_sync(prompt, message_history=history.load()).new_messages())
+    store.open("chat").rewind(1)
+    assert prompts(history.load()) == ["keep", "answer 1"]
+
+
+def test_messages_other_tools_appended_are_read_as_text(store: Store) -> None:
+    writer = store.open("chat", create=True)
+    writer.append([{"role": "system", "content": "be kind"}, {"role": "user", "content": "hi"}])
+    writer.append({"role": "assistant", "content": [{"type": "text", "text": "hello"}]})
+    loaded = EvstoreHistory(store, "chat").load()
+    assert [type(m) for m in loaded] == [ModelRequest, ModelRequest, ModelResponse]
+    assert isinstance(loaded[0].parts[0], SystemPromptPart) and loaded[0].parts[0].content == "be kind"
+    assert prompts(loaded) == ["hi", "hello"]
+
+
+def test_a_missing_session_raises_when_create_is_off(store: Store) -> None:
+    with pytest.raises(SessionNotFoundError):
+        EvstoreHistory(store, "nope", create=False).load()
+    assert list(store.list_sessions()) == []
+
+
+def test_a_stored_message_that_does_not_validate_is_an_integrity_error(store: Store) -> None:
+    store.open("chat", create=True).append({"role": "user", "content": "x", "meta": {META_KEY: {"kind": "nonsense"}}})
+    with pytest.raises(IntegrityError):
+        EvstoreHistory(store, "chat").load()
+
+
+def test_the_async_forms_load_and_save(store: Store) -> None:
+    agent = Agent(FunctionModel(Echo()))
+
+    async def go() -> list[ModelMessage]:
+        history = EvstoreHistory(store, "chat")
+        result = await agent.run("async hello", message_history=await history.aload())
+        await history.asave(result.new_messages())
+        return await EvstoreHistory(store, "chat").aload()
+
+    assert prompts(asyncio.run(go())) == ["async hello", "answer 1"]
