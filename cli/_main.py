@@ -317,7 +317,11 @@ def replay(state: Context, session: str, fmt: str, view: str, repair: str, start
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @pass_context
 def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: bool, as_json: bool) -> None:
-    """List session ids in order."""
+    """List the session ids that have objects in the store, in order.
+
+    That includes sessions deleted while forks still read them and expired remnants
+    (their ids stay taken until gc removes them); --long, --tree and --json mark them.
+    """
     store = state.store
     ids = store.list_sessions(prefix, limit=limit)
     if not (long_ or tree or as_json):
@@ -325,22 +329,37 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
             click.echo(session_id)
         return
     infos = []
+    gone: dict[str, str] = {}  # id -> why it has objects but no live session
     for session_id in ids:
         try:
             infos.append(store.info(session_id))
-        except (SessionNotFoundError, SessionExpiredError):
-            continue  # deleted or expired remnants: gc's business
+        except SessionNotFoundError as error:
+            gone[session_id] = "deleted" if "was deleted" in str(error) else "no manifest"
+        except SessionExpiredError:
+            gone[session_id] = "expired"
     if tree:
         from ._output import render_tree
 
-        render_tree(infos)
+        render_tree(infos, gone)
     elif as_json:
         for info in infos:
             click.echo(msgspec.json.encode(info_json(info)).decode())
+        for session_id, state_ in gone.items():
+            click.echo(msgspec.json.encode({"session": session_id, "state": state_}).decode())
     else:
         for info in infos:
             parent = f" fork of {info.parent.sid}@{info.parent.seq}" if info.parent else ""
             click.echo(f"{info.session_id}\thead={info.head}\t{info.retention}{parent}")
+        for session_id, state_ in gone.items():
+            click.echo(f"{session_id}\t({GONE_NOTES[state_]})")
+
+
+#: What ``list`` says about an id that has objects but no live session.
+GONE_NOTES = {
+    "deleted": "deleted; kept while forks read it, the id is taken until gc removes it",
+    "expired": "expired; remnants until gc removes them",
+    "no manifest": "no manifest; remnants until gc removes them",
+}
 
 
 @cli.command()
@@ -547,6 +566,8 @@ def gc(
     )
     for reason, count in sorted(report.reasons.items()):
         click.echo(f"  {reason}: {count}")
+    if report.reasons.get("beyond keep count"):
+        click.echo(f"  (--keep {keep} counts sessions by age and {verb} those beyond it however new: --grace does not apply)")
 
 
 @cli.group(cls=Group)

@@ -175,21 +175,30 @@ def info_json(info: SessionInfo) -> dict[str, Any]:
     }
 
 
-def render_tree(infos: list[SessionInfo]) -> None:
-    """Forks indented under their parents; roots are sessions whose parent is not listed."""
+def render_tree(infos: list[SessionInfo], gone: dict[str, str] | None = None) -> None:
+    """Forks indented under their parents; roots are sessions whose parent is not listed.
+    ``gone``: ids with objects but no live session (a deleted parent its forks still read),
+    by state; shown as roots, marked, with their forks under them."""
+    gone = gone or {}
     by_id = {info.session_id: info for info in infos}
     children: dict[str, list[SessionInfo]] = {}
-    roots = []
+    roots: list[SessionInfo | str] = []
     for info in infos:
-        if info.parent is not None and info.parent.sid in by_id and not info.parent.copied:
+        if info.parent is not None and (info.parent.sid in by_id or info.parent.sid in gone) and not info.parent.copied:
             children.setdefault(info.parent.sid, []).append(info)
         else:
             roots.append(info)
+    roots.extend(gone)
 
-    def show(info: SessionInfo, depth: int) -> None:
-        at = f" @{info.parent.seq}" if info.parent and depth else ""
-        click.echo(f"{'  ' * depth}{'└─ ' if depth else ''}{info.session_id}{at} (head {info.head})")
-        for child in children.get(info.session_id, []):
+    def show(item: SessionInfo | str, depth: int) -> None:
+        if isinstance(item, str):
+            click.echo(f"{item} ({gone[item]})")
+            session_id = item
+        else:
+            at = f" @{item.parent.seq}" if item.parent and depth else ""
+            click.echo(f"{'  ' * depth}{'└─ ' if depth else ''}{item.session_id}{at} (head {item.head})")
+            session_id = item.session_id
+        for child in children.get(session_id, []):
             show(child, depth + 1)
 
     for root in roots:

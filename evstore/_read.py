@@ -153,7 +153,10 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
     manifest, genesis = found
     meta = read_meta(ctx, session_id)
     if meta.tombstone and not deleted_ok:
-        raise SessionNotFoundError(session_id, "was deleted")
+        # deleted, but its objects remain (forks still read them, or gc has not run yet)
+        raise SessionNotFoundError(
+            session_id, "was deleted; its objects are kept while forks need them, so its id is taken until gc removes them"
+        )
     return Loaded(manifest, genesis, meta)
 
 

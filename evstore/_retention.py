@@ -258,6 +258,8 @@ def _collect_session(
         when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size) if rules else None
         if when is not None and when <= now:
             deleter.remove(info, "lifecycle expiry")
+            if name == "manifest":
+                report.sessions_removed += 1  # the session is gone with its manifest
         elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(ctx, marker, manifest.uid, report):
             deleter.remove(info, "dead fork marker")
     return manifest

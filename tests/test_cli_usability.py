@@ -4,7 +4,6 @@ runner) against a local directory store unless the case is about S3."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Callable
@@ -18,7 +17,6 @@ from evstore_cli import _main, cli
 import evstore
 
 FIXTURES = Path(__file__).parent / "fixtures"
-CLI_DIR = Path(__file__).parents[1] / "cli"
 Run = Callable[..., Result]
 
 
@@ -316,24 +314,35 @@ def test_terminal_escapes_in_content_tool_names_and_ids_are_neutralised(run: Run
     assert first["message"]["content"] == f"hi{hostile}\rspoof\x08\u202eevil\nnext"
 
 
-# ---- structure --------------------------------------------------------------
+def test_list_marks_deleted_sessions_kept_for_forks_in_every_form(run: Run) -> None:
+    ok(run("append", "parent", "one"))
+    ok(run("fork", "parent", "child"))
+    ok(run("append", "solo", "x"))
+    ok(run("delete", "parent"))
+    assert ok(run("list")).split() == ["child", "parent", "solo"]  # ids that have objects, as documented
+    long_lines = ok(run("list", "--long")).splitlines()
+    assert [line.split("\t")[0] for line in long_lines] == ["child", "solo", "parent"]
+    assert "deleted; kept while forks read it, the id is taken until gc removes it" in long_lines[-1]
+    assert {"session": "parent", "state": "deleted"} in [json.loads(x) for x in ok(run("list", "--json")).splitlines()]
+    assert ok(run("list", "--tree")).splitlines() == ["solo (head 1)", "parent (deleted)", "  └─ child @1 (head 1)"]
+    # reusing the id says why it is taken
+    line = one_line_error(run("append", "parent", "again"), 3)
+    assert "kept while forks need them" in line and "gc" in line
 
 
-def test_the_cli_package_has_no_import_circle() -> None:
-    graph: dict[str, set[str]] = {}
-    for path in CLI_DIR.glob("*.py"):
-        imported = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                if node.module:
-                    imported.add(node.module.split(".")[0])
-                else:
-                    imported.update(alias.name for alias in node.names)
-        graph[path.stem] = imported & {p.stem for p in CLI_DIR.glob("*.py")}
-    assert graph["_common"] == set() and graph["_main"] >= {"_common", "_ecosystem"}
+def test_gc_keep_says_the_grace_period_does_not_hold_it_back(run: Run) -> None:
+    for name in ("auto-1", "auto-2"):
+        ok(run("append", name, "x", "--ephemeral"))
+    out = ok(run("gc", "--keep", "0", "--prefix", "auto-", "--dry-run"))
+    assert "beyond keep count: 4" in out and "--grace does not apply" in out
+    assert "--grace does not apply" not in ok(run("gc", "--dry-run"))
 
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        return any(nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})) for nxt in graph.get(start, ()))
 
-    circles = [name for name in graph if reaches(name, name, {name})]
-    assert circles == [], circles
+def test_gc_apply_lifecycle_counts_the_sessions_it_removes(run: Run) -> None:
+    ok(run("lifecycle", "apply", "--ephemeral-days", "1"))
+    ok(run("append", "eph", "x", "--ephemeral"))
+    ok(run("append", "eph", "y"))
+    ok(run("append", "perm", "x"))
+    report = json.loads(ok(run("gc", "--apply-lifecycle", "--now", "2999-01-01", "--json")))
+    assert (report["objects_removed"], report["sessions_removed"]) == (3, 1)
+    assert ok(run("list")).split() == ["perm"]
