@@ -25,7 +25,7 @@ def test_every_error_is_an_evstore_error() -> None:
 
 
 def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
-    heavy = ("boto3", "botocore", "cryptography", "agents", "strands")
+    heavy = ("boto3", "botocore", "cryptography", "agents", "strands", "google.adk", "pydantic_ai")
     code = f"import sys, evstore; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
