@@ -447,7 +447,11 @@ def fan_out_graph(saver: BaseCheckpointSaver[Any]) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+# Not "async": under it LangGraph hands put() live channel objects (a barrier's set) and runs it
+# in the background, so a saver that is not instantaneous can store a set the next step already
+# changed: LangGraph's own InMemorySaver with 20 ms of latency in put() shows the same history
+# difference. The same states whatever the saver's latency need durability "sync" (or "exit").
+@pytest.mark.parametrize("durability", ["sync", "exit"])
 def test_parallel_tasks_give_the_same_states_and_history_as_the_in_memory_saver(durability: str) -> None:
     store = Store(MemoryStore(), root="lg")
     config: Any = {"configurable": {"thread_id": "fan"}}

@@ -71,6 +71,11 @@ breaks a ``DeltaChannel``. ``delete_for_runs`` replays every session under the
 prefix (no index of runs is kept): O(store) requests. A thread id that was
 deleted while a fork of it lives cannot be used again until gc removes it.
 
+Under LangGraph's default ``durability="async"``, LangGraph calls ``put`` in the
+background with live channel objects (a join barrier's set), so a checkpoint
+can hold a value the next step already changed; this saver serializes them as
+early as it can, but only ``durability="sync"`` makes every checkpoint exact.
+
 Limits: a checkpoint's changed channels (base64 of LangGraph's serialization)
 must fit in one evstore event (``Store.max_event_bytes``, 5 MiB by default).
 Async methods run the sync ones in ``AsyncStore``'s bounded pool; a cancelled
@@ -298,6 +303,7 @@ class _State:
         self.wkeys: dict[str, set[tuple[str, int]]] = {}  # checkpoint id -> (task_id, idx) stored
         self.pre: dict[str, list[int]] = {}  # checkpoint id not yet put -> seqs of its writes
         self.records: dict[int, Record] = {}  # seq -> checkpoint event with small channel values
+        self.tail: dict[int, Record] = {}  # the records from the latest checkpoint to known_head (and its early writes)
         self.records_chars = 0
 
     def keep(self, seq: int, record: Record) -> None:
@@ -492,6 +498,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         last = next(iter(self._read(state.session_id, head, head)), None) if head else None
         state.known_head = head
         state.lcp, state.lid = (last[1].get("lcp") or 0, last[1].get("lid")) if last else (0, None)
+        state.tail = {last[0]: last[1]} if last and last[0] == head else {}
 
     def _reset(self, state: _State) -> None:
         state.writer = None
@@ -503,6 +510,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         state.pre.clear()
         state.records.clear()
         state.records_chars = 0
+        state.tail.clear()
 
     def _learn(self, state: _State, fold: _Fold, *, whole: bool) -> None:
         """Adopt what a fold read: the latest checkpoint and summaries of the checkpoints seen."""
@@ -588,18 +596,22 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         self._sync(state)
         if not state.lcp or state.lid is None:
             return None
-        fold = self._fold(state.session_id, state.lcp, head)
-        found = fold.live.get(state.lid)
-        if found is None:
+        span = range(state.lcp, head + 1)
+        if all(seq in state.tail for seq in span):  # this saver wrote or read all of them
+            records = {seq: state.tail[seq] for seq in span}
+        else:
+            records = dict(self._read(state.session_id, state.lcp, head))
+        latest = records.get(state.lcp)
+        if latest is None or latest["k"] != "cp" or latest["id"] != state.lid:
             raise IntegrityError(state.session_id, state.lcp, "the latest checkpoint is not where the head says")
-        early = [s for s in found[1].get("pre") or [] if s < state.lcp]
-        if early:
-            self._fetch(state.session_id, fold, early)
-            prior = _Fold()
-            for seq in sorted(early):
-                prior.add(seq, fold.records[seq])
-            for checkpoint_id, stored in prior.writes.items():
-                fold.writes[checkpoint_id] = {**stored, **fold.writes.get(checkpoint_id, {})}
+        early = sorted(s for s in latest.get("pre") or [] if s < state.lcp)
+        gathered = _Fold()
+        gathered.records = {s: state.tail[s] for s in early if s in state.tail}
+        self._fetch(state.session_id, gathered, early)
+        fold = _Fold()
+        for seq in [*early, *sorted(records)]:  # in log order: first-wins and last-wins as written
+            fold.add(seq, gathered.records[seq] if seq < state.lcp else records[seq])
+        state.tail = dict(fold.records)
         fold.lcp, fold.lid, fold.head = state.lcp, state.lid, head
         self._learn(state, fold, whole=False)
         state.wkeys[state.lid] = set(fold.writes.get(state.lid, {}))
@@ -741,18 +753,22 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         thread_id, checkpoint_ns = self._parts(config)
         session_id = self._sid(thread_id, checkpoint_ns)
         parent_id = get_checkpoint_id(config)
+        # serialize first, before any wait: LangGraph may change channel objects after calling put
+        stored: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stored.pop("channel_values")
+        blobs: dict[str, list[str]] = {}
+        for channel in new_versions:
+            if channel in values:
+                blobs[channel] = self._dump(values[channel], f"channel {channel!r}")
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        dumped_checkpoint = self._dump(stored, "the checkpoint")
+        dumped_metadata = self._dump(full_metadata, "the checkpoint metadata")
         state = self._state(session_id)
         with state.lock:
             writer = self._writer(state, thread_id)
             seq = writer.head + 1
             parent = self._info(state, parent_id) if parent_id else None
             latest = state.infos.get(state.lid) if state.lid else None
-            stored: dict[str, Any] = dict(checkpoint)
-            values: dict[str, Any] = stored.pop("channel_values")
-            blobs: dict[str, list[str]] = {}
-            for channel in new_versions:
-                if channel in values:
-                    blobs[channel] = self._dump(values[channel], f"channel {channel!r}")
             refs: dict[str, list[Any]] = {}
             for channel, version in checkpoint["channel_versions"].items():
                 if channel in new_versions:
@@ -777,14 +793,13 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             lcp, lid = state.lcp, state.lid
             if lid is None or checkpoint["id"] >= lid:
                 lcp, lid = seq, checkpoint["id"]
-            full_metadata = get_checkpoint_metadata(config, metadata)
             record: Record = {
                 "k": "cp",
                 "id": checkpoint["id"],
                 "p": parent_id,
                 "ns": checkpoint_ns,
-                "c": self._dump(stored, "the checkpoint"),
-                "m": self._dump(full_metadata, "the checkpoint metadata"),
+                "c": dumped_checkpoint,
+                "m": dumped_metadata,
                 "b": blobs,
                 "r": refs,
                 "a": anc,
@@ -801,6 +816,9 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             except BaseException:
                 state.pre[checkpoint["id"]] = pre
                 raise
+            if lcp == seq:
+                state.tail = {s: state.tail[s] for s in pre if s in state.tail}
+            state.tail[seq] = record
             state.known_head, state.lcp, state.lid = writer.head, lcp, lid
             state.remember(checkpoint["id"], _Info(seq, record))
             state.keep(seq, record)
@@ -825,20 +843,18 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
             raise InvalidInputError("put_writes needs configurable.checkpoint_id")
+        dumped: list[list[Any]] = [
+            [WRITES_IDX_MAP.get(channel, idx), channel, *self._dump(value, f"the write to channel {channel!r}")]
+            for idx, (channel, value) in enumerate(writes)
+        ]
         state = self._state(session_id)
         with state.lock:
             writer = self._writer(state, thread_id)
             keys = state.wkeys.get(checkpoint_id)
             if keys is None:
                 keys = self._stored_keys(state, checkpoint_id)
-            items: list[list[Any]] = []
-            slots: list[int] = []
-            for idx, (channel, value) in enumerate(writes):
-                slot = WRITES_IDX_MAP.get(channel, idx)
-                if slot >= 0 and (task_id, slot) in keys:
-                    continue
-                items.append([slot, channel, *self._dump(value, f"the write to channel {channel!r}")])
-                slots.append(slot)
+            items = [item for item in dumped if item[0] < 0 or (task_id, item[0]) not in keys]
+            slots: list[int] = [item[0] for item in items]
             if not items:
                 return
             record: Record = {
@@ -852,6 +868,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             }
             writer.append(_message(record), expected_head=writer.head)
             state.known_head = writer.head
+            state.tail[writer.head] = record
             keys.update((task_id, slot) for slot in slots)
             state.wkeys[checkpoint_id] = keys
             if checkpoint_id not in state.infos:
