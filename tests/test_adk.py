@@ -417,6 +417,37 @@ def test_recent_events_are_read_from_the_head_not_the_whole_session() -> None:
     assert len(recent) < 10 < 121 <= len(everything)
 
 
+def counted_session(events: int) -> tuple[Store, CountingStore, Session]:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    service = EvstoreSessionService(store)
+    session = new_session(service, state={"k": 1, "user:u": 1})
+    for i in range(events):
+        append(service, session, text_event(f"m{i}"))
+    return store, counting, session
+
+
+def test_recent_events_from_a_new_process_cost_the_same_at_any_session_length() -> None:
+    costs = []
+    for events in (10, 150):
+        store, counting, session = counted_session(events)
+        counting.reset()
+        found = get(EvstoreSessionService(store), session, GetSessionConfig(num_recent_events=5))
+        assert texts(found) == [f"m{i}" for i in range(events - 5, events)]
+        costs.append(dict(counting.counts))
+    assert costs[0] == costs[1]
+
+
+def test_an_append_costs_the_same_at_any_session_length() -> None:
+    costs = []
+    for events in (10, 150):
+        store, counting, session = counted_session(events)
+        counting.reset()
+        append(EvstoreSessionService(store), session, text_event("next", state_delta={"k": 2}))
+        costs.append(dict(counting.counts))
+    assert costs[0] == costs[1] and costs[0]["PUT"] == 1
+
+
 def test_after_timestamp_reads_only_back_to_the_first_older_event() -> None:
     counting = CountingStore(MemoryStore())
     store = Store(counting, root="root")

@@ -100,7 +100,7 @@ from typing_extensions import override
 
 from .. import (
     AsyncStore,
-    EvstoreError,
+    IntegrityError,
     InvalidInputError,
     Message,
     Retention,
@@ -404,7 +404,7 @@ class EvstoreSessionService(BaseSessionService):
             record = _record(events[0]) if events else None
             state = record.get("state") if record is not None else None
             if not isinstance(state, dict):
-                raise EvstoreError(f"session {evstore_id!r}: seq {seq} carries no ADK state snapshot")
+                raise IntegrityError(evstore_id, seq, "the ADK record there carries no state snapshot")
             found = self._remember_snapshot(key, state)
         return copy.deepcopy(found)
 
