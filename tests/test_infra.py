@@ -216,7 +216,8 @@ def test_cloudformation_parameters_and_defaults(template: dict[str, Any]) -> Non
 
 
 @pytest.mark.parametrize(
-    ("role", "resource"), [("writer", "WriterPolicy"), ("auditor", "AuditorPolicy"), ("operator", "OperatorPolicy")]
+    ("role", "resource"),
+    [("writer", "WriterPolicy"), ("auditor", "AuditorPolicy"), ("operator", "OperatorPolicy"), ("lifecycle", "LifecyclePolicy")],
 )
 def test_cloudformation_policy_is_the_infra_iam_template(template: dict[str, Any], role: str, resource: str) -> None:
     policy = template["Resources"][resource]
@@ -259,6 +260,7 @@ def test_cloudformation_outputs_bucket_store_url_and_policy_arns(template: dict[
         "WriterPolicyArn": {"Ref": "WriterPolicy"},
         "AuditorPolicyArn": {"Ref": "AuditorPolicy"},
         "OperatorPolicyArn": {"Ref": "OperatorPolicy"},
+        "LifecyclePolicyArn": {"Ref": "LifecyclePolicy"},
     }
 
 
@@ -345,7 +347,7 @@ def test_evstore_lifecycle_apply_on_the_deployed_bucket_reads_back_the_template_
     assert store.lifecycle_rules() == as_s3_rules(cfn_rules, "agents", DEFAULT_EPHEMERAL_DAYS)
 
 
-@pytest.mark.parametrize("role", ["writer", "auditor", "operator"])
+@pytest.mark.parametrize("role", ["writer", "auditor", "operator", "lifecycle"])
 def test_deployed_policy_is_the_rendered_policy(stack: Stack, role: str) -> None:
     iam = boto3.client("iam", region_name="us-east-1")
     arn = stack.outputs[f"{role.capitalize()}PolicyArn"]

@@ -170,6 +170,59 @@ def test_writer_policy_only_allows_create_if_none_match() -> None:
     assert all(s["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}} for s in puts)
 
 
+def test_writer_may_create_only_events_manifests_and_fork_markers() -> None:
+    """The writer never needs a segment, rekey record, salt object or tombstone: its PutObject
+    names the three kinds it writes, and an explicit Deny backs that up, because IAM's ``*``
+    also matches '/' (``sessions/*/0*`` would match ``sessions/s/rekeys/0...``)."""
+    policy = render.render("writer", bucket="my-bucket", prefix=ROOT)
+    (put,) = statements_allowing(policy, "s3:PutObject")
+    sessions = f"arn:aws:s3:::my-bucket/{ROOT}/sessions/"
+    assert sorted(resources_of(put)) == sorted([sessions + "*/0*", sessions + "*/manifest", sessions + "*/forks/*"])
+    (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObject"]
+    assert "Condition" not in deny
+    assert sorted(resources_of(deny)) == sorted(
+        [sessions + "*/tombstone", sessions + "*/segments/*", sessions + "*/rekeys/*", sessions + "*/salt"]
+    )
+
+
+def test_writer_may_tag_only_at_put_and_never_retag_a_tagged_object() -> None:
+    """Tagging at PUT needs ``s3:PutObjectTagging`` too, so the writer has it, limited to the one
+    retention tag; the Deny refuses it wherever the object already carries that tag (S3 evaluates
+    ``s3:ExistingObjectTag`` for PutObjectTagging, and documents it as unsupported for PUT Object,
+    so creating a tagged object is unaffected). Objects created without the tag stay re-taggable:
+    see infra/README.md."""
+    policy = render.render("writer", bucket="my-bucket", prefix=ROOT)
+    (allow,) = statements_allowing(policy, "s3:PutObjectTagging")
+    assert allow["Condition"] == {
+        "ForAllValues:StringEquals": {"s3:RequestObjectTagKeys": [RETENTION_TAG]},
+        "StringEquals": {f"s3:RequestObjectTag/{RETENTION_TAG}": ["ephemeral", "permanent"]},
+    }
+    (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObjectTagging"]
+    assert deny["Condition"] == {"Null": {f"s3:ExistingObjectTag/{RETENTION_TAG}": "false"}}
+    assert resources_of(deny) == resources_of(allow)
+
+
+def test_only_the_lifecycle_role_may_change_lifecycle_rules() -> None:
+    """A lifecycle configuration is one bucket-wide document: IAM can name only the bucket, so the
+    right lives in its own policy, which no everyday role carries."""
+    for role in render.ROLES:
+        policy = render.render(role, bucket="my-bucket", prefix=ROOT)
+        granted = statements_allowing(policy, "s3:PutLifecycleConfiguration")
+        assert (granted != []) == (role == "lifecycle"), role
+    lifecycle = render.render("lifecycle", bucket="my-bucket", prefix=ROOT)
+    assert [resources_of(s) for s in lifecycle["Statement"]] == [["arn:aws:s3:::my-bucket"]]
+    assert statements_allowing(lifecycle, "s3:PutObject") == statements_allowing(lifecycle, "s3:GetObject") == []
+
+
+def test_listing_multipart_uploads_can_only_name_the_bucket() -> None:
+    """ListBucketMultipartUploads takes no ``s3:prefix`` condition: the operator's grant names the
+    bucket and shows upload key names bucket-wide (no content); infra/README.md says so."""
+    operator = render.render("operator", bucket="my-bucket", prefix=ROOT)
+    (statement,) = statements_allowing(operator, "s3:ListBucketMultipartUploads")
+    assert resources_of(statement) == ["arn:aws:s3:::my-bucket"]
+    assert "Condition" not in statement
+
+
 def test_writer_and_auditor_policies_grant_no_delete_or_lifecycle_change() -> None:
     for role in ("writer", "auditor"):
         policy = render.render(role, bucket="my-bucket", prefix=ROOT)
@@ -191,15 +244,17 @@ def test_operator_replace_requires_if_match() -> None:
     )
 
 
+def resources_of(statement: dict[str, Any]) -> list[str]:
+    return statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+
+
 def test_every_object_resource_is_scoped_to_the_store_sessions_prefix() -> None:
+    sessions = "arn:aws:s3:::my-bucket/team/evstore/sessions/"
     for role in render.ROLES:
         policy = render.render(role, bucket="my-bucket", prefix="team/evstore")
         for statement in policy["Statement"]:
-            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            for resource in resources:
-                assert resource in ("arn:aws:s3:::my-bucket", "arn:aws:s3:::my-bucket/team/evstore/sessions/*") or (
-                    resource == "arn:aws:s3:::my-bucket/team/evstore/sessions/*/tombstone"
-                )
+            for resource in resources_of(statement):
+                assert resource == "arn:aws:s3:::my-bucket" or resource.startswith(sessions + "*"), (role, resource)
             if "s3:ListBucket" in (statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]):
                 assert statement["Condition"] == {"StringLike": {"s3:prefix": "team/evstore/sessions/*"}}
 
@@ -299,6 +354,60 @@ def test_writer_cannot_abort_uploads(roles: Roles) -> None:
     backend = S3Store(roles.bucket, client=roles.client("writer"))
     with pytest.raises(StoreUnavailableError, match="access denied"):
         backend.abort_upload(f"{ROOT}/sessions/chat/big", "some-upload-id")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "segments/00000000000000000001-00000000000000000002",
+        f"rekeys/{'0' * 20}",
+        "salt",
+        "tombstone",
+        "junk",
+        "9" * 20,  # a seq past any a real session reaches: IAM keeps a writer from planting the head at the maximum
+        "forks-not-a-marker",
+    ],
+)
+def test_writer_cannot_create_objects_it_does_not_need(roles: Roles, name: str) -> None:
+    """Enforced by moto: these are resource matches and an unconditional Deny."""
+    roles.store("writer").open("chat", create=True).append(user("real"))
+    backend = S3Store(roles.bucket, client=roles.client("writer"))
+    with pytest.raises(StoreUnavailableError, match="access denied"):
+        backend.create(f"{ROOT}/sessions/chat/{name}", b"{}")
+    assert [o.key.rsplit("/", 1)[-1] for o in backend.list(f"{ROOT}/sessions/chat/")] == [f"{1:020d}", "manifest"]
+
+
+def test_writer_cannot_compact(roles: Roles) -> None:
+    """Segments are the operator's: a writer's ``compact`` is refused by IAM (so is auto-compaction)."""
+    store = roles.store("writer")
+    session = store.open("chat", create=True)
+    for i in range(4):
+        session.append(user(f"m{i}"))
+    with pytest.raises(StoreUnavailableError, match="access denied"):
+        store.compact("chat", segment_size=2)
+    assert [m["content"] for m in store.context("chat")] == ["m0", "m1", "m2", "m3"]
+
+
+def test_operator_can_compact(audited: Roles) -> None:
+    assert audited.store("operator").compact("audited", segment_size=3) == [(1, 3)]
+
+
+def test_moto_denies_retagging_even_an_untagged_object_because_it_ignores_conditions(roles: Roles) -> None:
+    """Pins moto's gap: moto counts the Deny's ``Null`` condition on ``s3:ExistingObjectTag`` as met,
+    so it refuses the writer's PutObjectTagging on every object. On AWS the Deny applies where the
+    object already carries ``evstore-retention`` (every ephemeral object); an object created without
+    the tag can still be tagged ``ephemeral`` there (infra/README.md). This test therefore shows
+    only that the statements parse and that a Deny wins over the Allow."""
+    store = roles.store("writer")
+    store.open("chat", create=True).append(user("keep"))
+    store.open("scratch", create=True, retention="ephemeral").append(user("tmp"))
+    client = roles.client("writer")
+    for key in (f"{ROOT}/sessions/chat/manifest", f"{ROOT}/sessions/scratch/manifest"):
+        with pytest.raises(botocore.exceptions.ClientError) as denied:
+            client.put_object_tagging(
+                Bucket=roles.bucket, Key=key, Tagging={"TagSet": [{"Key": RETENTION_TAG, "Value": "ephemeral"}]}
+            )
+        assert error_code(denied.value) == "AccessDenied"
 
 
 def test_moto_lets_the_writer_overwrite_because_it_ignores_if_none_match_condition(roles: Roles) -> None:
@@ -402,11 +511,14 @@ def test_operator_delete_keeps_a_parent_with_live_forks(audited: Roles) -> None:
     assert [m["content"] for m in store.context("audited-fork")] == ["one", "two", "fork"]
 
 
-def test_operator_can_apply_and_read_evstore_lifecycle_rules(roles: Roles) -> None:
-    store = roles.store("operator")
+def test_only_the_lifecycle_role_can_apply_lifecycle_rules(roles: Roles) -> None:
+    with pytest.raises(StoreUnavailableError, match="access denied"):
+        roles.store("operator").apply_lifecycle(ephemeral_days=30)
+    store = roles.store("lifecycle")
     changed, rules = store.apply_lifecycle(ephemeral_days=30)
     assert changed
     assert store.lifecycle_rules() == rules == evstore_rules(f"{ROOT}/sessions/", 30)
+    assert roles.store("operator").lifecycle_rules() == rules  # gc reads them
 
 
 def test_operator_can_rekey_a_session(audited: Roles) -> None:

@@ -2,7 +2,7 @@
 """Render evstore's least-privilege IAM policies for one store (bucket + prefix).
 
 The templates beside this file (``writer.json``, ``auditor.json``,
-``operator.json``) use three placeholders, spelled as CloudFormation's
+``operator.json``, ``lifecycle.json``) use three placeholders, spelled as CloudFormation's
 ``Fn::Sub`` spells them so that ``infra/cloudformation.yaml`` can carry the
 very same strings (a test keeps the two in sync):
 
@@ -10,8 +10,11 @@ very same strings (a test keeps the two in sync):
 * ``${Bucket}`` -- the bucket name
 * ``${Prefix}`` -- the store root inside the bucket (``s3://bucket/<prefix>``)
 
-Every object statement is scoped to ``<prefix>/sessions/*`` and every
-``ListBucket`` to ``s3:prefix`` ``<prefix>/sessions/*``. An empty prefix (a
+Every object statement is scoped to ``<prefix>/sessions/*`` (the writer's
+PutObject to event, manifest and fork-marker names under it) and every
+``ListBucket`` to ``s3:prefix`` ``<prefix>/sessions/*``. Bucket-level actions
+(lifecycle rules, listing multipart uploads) can only name the bucket: see
+infra/README.md for what IAM cannot scope. An empty prefix (a
 store opened as ``s3://bucket``) renders ``sessions/*``.
 
 Usage::
@@ -37,7 +40,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 #: The roles, each shipped as ``<role>.json`` beside this file.
-ROLES = ("writer", "auditor", "operator")
+ROLES = ("writer", "auditor", "operator", "lifecycle")
 PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
