@@ -1,0 +1,1 @@
+"""The agent frameworks' own session tests, run against evstore's adapters (see README.md here)."""

@@ -1,0 +1,26 @@
+"""Strands Agents' own session tests (from its sdist) pass with EvstoreSessionRepository as its repositories."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ._sdist import run_suite, sdist_tree
+
+pytest.importorskip("strands")
+
+PATHS = ["tests/strands/session"]
+#: strands-agents 1.62.0: 92 pass (57 skipped: file and S3 layouts; the snapshot manager's deselected).
+FLOOR = 88
+
+
+def test_strands_own_session_tests_pass_on_evstore() -> None:
+    tree = sdist_tree("strands-agents")
+    run = run_suite(tree, "evstore_strands_plugin", PATHS)
+    tail = run.output[-6000:]
+    assert run.failed == 0 and run.errors == 0, tail
+    assert run.returncode == 0, tail
+    assert run.passed >= FLOOR, tail
+    substituted = re.search(r"evstore-substituted repositories: (\d+)", run.output)
+    assert substituted is not None and int(substituted.group(1)) >= 50, tail  # the tests ran on evstore
