@@ -332,3 +332,22 @@ def test_sessions_created_while_gc_and_delete_run_fail_only_with_evstore_errors(
     cleaner.join(GUARD_SECONDS)
     assert errors == [], [repr(e) for e in errors]
     assert os.listdir(local.base / "tmp") == []
+
+
+def test_the_command_reports_a_planted_fifo_as_one_line_with_exit_5(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from evstore_cli import cli
+
+    env = {"EVSTORE_STORE": (tmp_path / "store").as_uri()}
+    runner = CliRunner()
+    assert runner.invoke(cli, ["append", "chat", "hello"], env=env).exit_code == 0
+    os.mkfifo(tmp_path / "store" / "objects" / "sessions" / "chat" / f"{2:020d}")
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(runner.invoke(cli, ["replay", "chat"], env=env)), daemon=True)
+    thread.start()
+    thread.join(GUARD_SECONDS)
+    assert not thread.is_alive(), "replay hung on a FIFO"
+    (result,) = outcome
+    assert result.exit_code == 5, result.output
+    (line,) = result.output.strip().splitlines()[-1:]
+    assert line.startswith("evstore: ") and "not a regular file" in line
