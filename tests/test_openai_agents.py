@@ -92,6 +92,7 @@ def test_get_items_limit_returns_the_latest_in_order(store: Store) -> None:
     run(session.add_items(ITEMS))
     assert run(session.get_items(limit=3)) == ITEMS[-3:]
     assert run(session.get_items(limit=0)) == []
+    assert run(session.get_items(limit=-1)) == ITEMS  # as the SDK's SQLiteSession: no limit
 
 
 def test_session_settings_limit_applies_when_no_limit_is_given(store: Store) -> None:

@@ -15,7 +15,8 @@ Mapping (one evstore session per SDK session):
 * ``add_items(items)``: one event holding the batch (one PUT): a tool call is
   written together with its output, atomically.
 * ``get_items(limit)``: the context view (``repair="none"``): the latest
-  ``limit`` items (else ``session_settings.limit``, else all), in order.
+  ``limit`` items (else ``session_settings.limit``, else all), in order; a
+  negative limit means all, as in the SDK's ``SQLiteSession``.
 * ``pop_item()``: a retraction of the newest item (``Session.pop``); returns it.
 * ``clear_session()``: a retraction of everything (``Session.clear``).
 
@@ -217,11 +218,14 @@ class EvstoreSession:
         return [item for message in messages for item in message_to_items(message)]
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """The latest ``limit`` items in order (default ``session_settings.limit``, else all)."""
+        """The latest ``limit`` items in order (default ``session_settings.limit``, else all).
+
+        ``limit`` 0 returns none; a negative ``limit`` returns all, as the SDK's ``SQLiteSession``.
+        """
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         items = await self._run(self._items)
-        if limit is None:
+        if limit is None or limit < 0:
             return items
         return items[-limit:] if limit > 0 else []
 
