@@ -522,6 +522,31 @@ def test_delta_channel_history_matches_the_parent_chain_walk_and_survives_prune(
     assert delta_graph(EvstoreSaver(store)).get_state(config).values["items"] == [*expected, "item-7"]
 
 
+def delta_history_cost(invokes: int) -> tuple[int, Any]:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg")
+    graph = delta_graph(EvstoreSaver(store))
+    config: Any = {"configurable": {"thread_id": "delta"}}
+    for _ in range(invokes):
+        graph.invoke({"items": []}, config)
+    fresh = EvstoreSaver(store)
+    fresh.get_tuple(config)
+    counting.reset()
+    history = fresh.get_delta_channel_history(config=config, channels=["items"])
+    cost = counting.total
+    assert history == BaseCheckpointSaver.get_delta_channel_history(fresh, config=config, channels=["items"])
+    return cost, history
+
+
+def test_delta_channel_history_reads_back_to_the_snapshot_only() -> None:
+    short, early = delta_history_cost(9)  # the same place in the snapshot cycle (every 3 updates)
+    long, late = delta_history_cost(36)
+    assert short == long
+    for history, invokes in ((early, 9), (late, 36)):  # the snapshot and the writes after it make up the items
+        items = [*history["items"]["seed"].value, *(x for w in history["items"]["writes"] for x in w[2])]
+        assert items == [f"item-{i}" for i in range(invokes)]
+
+
 def test_prune_and_delete_for_runs_retract_and_delete_thread_frees() -> None:
     store = Store(MemoryStore(), root="lg")
     saver = EvstoreSaver(store)
