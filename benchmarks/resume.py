@@ -49,12 +49,15 @@ import dataclasses
 import hashlib
 import importlib.util
 import inspect
+import io
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -66,6 +69,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+#: a folder holding the evstore package to measure (a commit's, see --evstore-at), found ahead of the checkout's
+SOURCE_ENV = "EVSTORE_BENCH_SOURCE"
+if os.environ.get(SOURCE_ENV):
+    sys.path.insert(0, os.environ[SOURCE_ENV])
 
 from benchmarks._data import message, strands_message  # noqa: E402
 
@@ -120,6 +127,33 @@ def git(*args: str) -> str:
     return done.stdout.strip()
 
 
+def evstore_source(rev: str) -> tuple[str | None, str]:
+    """Make the parent and every child import evstore as of commit ``rev`` (``git archive`` into a temporary
+    folder, first on the path), so that edits in the working tree during a run cannot reach it; ``worktree``
+    measures the checkout as it is. Returns the folder (None for the checkout) and what is measured."""
+    if "evstore" in sys.modules:
+        raise RuntimeError("evstore was imported before its source was chosen")
+    head = git("rev-parse", "--short", "HEAD")
+    if rev == "worktree":
+        dirty = git("status", "--porcelain", "--", "evstore")
+        changed = f" with uncommitted changes in evstore/ ({len(dirty.splitlines())} files)" if dirty else ""
+        return None, f"the working tree at commit {head or '?'}{changed}"
+    commit = git("rev-parse", "--short", "--verify", f"{rev}^{{commit}}")
+    if not commit:
+        raise SystemExit(f"--evstore-at: no commit {rev!r} here (or no git); use --evstore-at worktree")
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "evstore"], cwd=REPO, capture_output=True, check=True)
+    folder = tempfile.mkdtemp(prefix="evstore-bench-src-")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    os.environ[SOURCE_ENV] = folder
+    sys.path.insert(0, folder)
+    import evstore
+
+    if not str(Path(evstore.__file__ or "").resolve()).startswith(str(Path(folder).resolve())):
+        raise RuntimeError(f"evstore was imported from {evstore.__file__}, not from {folder}")
+    return folder, f"commit {commit} (its evstore/, extracted with git archive; the working tree is not used)"
+
+
 def boto_counter(events: Any) -> Callable[[], int]:
     """Count the requests a boto3 client (or every client later made from a session) sends, retries included."""
     count = [0]
@@ -158,7 +192,8 @@ def quiet_model() -> Any:
 def strands_agent(messages: list[dict[str, Any]] | None = None) -> Any:
     from strands import Agent
 
-    return Agent(model=quiet_model(), agent_id=AGENT_ID, messages=messages or [], callback_handler=None)
+    history: Any = messages or []  # Strands' Message is a TypedDict of this shape
+    return Agent(model=quiet_model(), agent_id=AGENT_ID, messages=history, callback_handler=None)
 
 
 class _CaptureClient:
@@ -254,13 +289,16 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     kind, endpoint, bucket, sid = args["kind"], args["endpoint"], args["bucket"], args["sid"]
     index = int(args["index"])
     run: Callable[[], int]
+    sent: Callable[[], int]
     if kind == "evstore":
         from evstore import Store
         from evstore._backends._s3 import S3Store
 
         backend = S3Store(bucket, endpoint_url=endpoint)
         store = Store(backend)
-        sent = lambda: sum(backend.requests.values())  # noqa: E731
+
+        def sent() -> int:
+            return sum(backend.requests.values())
 
         def run() -> int:
             if args["call"] == "resume":
@@ -288,7 +326,8 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
                 manager = S3SessionManager(sid, bucket, boto_session=session, endpoint_url=endpoint)
                 manager.initialize(agent)
                 size = len(agent.messages)
-                manager.append_message(strands_message(index), agent)
+                appended: Any = strands_message(index)
+                manager.append_message(appended, agent)
                 return size
 
         elif kind == "strands-snapshot":
@@ -384,12 +423,13 @@ class Bench:
         self.auto_compact_default = inspect.signature(Store).parameters["auto_compact"].default
 
     def close(self) -> None:
-        for step in (
+        steps: tuple[Callable[[], object], ...] = (
             lambda: self.proxy.close(),
             lambda: self.env.close(),
             lambda: self.rgw.stop(self.rgw_info) if self.rgw is not None and self.rgw_info is not None else None,
-        ):
-            with contextlib.suppress(Exception):
+        )
+        for step in steps:
+            with contextlib.suppress(Exception):  # each resource is released even when another fails
                 step()
 
     # ---- setup ----------------------------------------------------------------------
@@ -588,9 +628,9 @@ class Bench:
     # ---- report -----------------------------------------------------------------------
 
     def label(self, variant: str) -> str:
-        call = "resume()" if self.has_resume else "open() + context()"
+        call = "`resume()`" if self.has_resume else "`open()` + `context()`"
         return {
-            "evstore-defaults": f"evstore, defaults (`{call}`)",
+            "evstore-defaults": f"evstore, defaults ({call})",
             "evstore-compacted": "evstore after `compact` (`open()` + `context()`)",
             "evstore-uncompacted": "evstore, uncompacted (`open()` + `context()`)",
             "strands-s3": "Strands `S3SessionManager`",
@@ -651,18 +691,18 @@ class Bench:
                 a = self.appends.get((n, d))
                 if a is None:
                     continue
-                med = {k: median(v) for k, v in a["times"].items()}
+                per = {k: median(v) for k, v in a["times"].items()}
                 add(
                     "| "
                     + " | ".join(
                         [
                             f"{d:g} ms",
                             f"{n:,}",
-                            fmt_ms(med["evstore"]),
-                            fmt_ms(med["raw"]),
-                            fmt_ms(med["snapshot"]),
-                            f"{med['evstore'] / med['raw']:.3f}x",
-                            f"{med['snapshot'] / med['raw']:.2f}x",
+                            fmt_ms(per["evstore"]),
+                            fmt_ms(per["raw"]),
+                            fmt_ms(per["snapshot"]),
+                            f"{per['evstore'] / per['raw']:.3f}x",
+                            f"{per['snapshot'] / per['raw']:.2f}x",
                             f"{a['evstore_requests_per_append']:.3g}",
                         ]
                     )
@@ -696,6 +736,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big-rounds", type=int, help=f"resume rounds for sizes of {BIG:,} and more (default 1)")
     parser.add_argument("--append-rounds", type=int, help="append rounds per cell (default 30; 5 with --quick)")
     parser.add_argument("--server", choices=("auto", "rgw", "moto", "external"), default="auto")
+    parser.add_argument(
+        "--evstore-at",
+        default="HEAD",
+        metavar="REV",
+        help="measure evstore as of this commit (default HEAD; 'worktree': the checkout as it is, uncommitted edits too)",
+    )
     parser.add_argument("--json", metavar="FILE", help="save every sample here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -717,17 +763,20 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.perf_counter()
     load = os.getloadavg()[0]
-    bench = Bench(plan, args.server)
+    source, measured = evstore_source(args.evstore_at)
     try:
-        commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--", "evstore")
+        bench = Bench(plan, args.server)
+    except BaseException:
+        if source:
+            shutil.rmtree(source, ignore_errors=True)
+        raise
+    try:
         print(f"# Resume under latency ({'quick' if args.quick else 'full'})")
         print(f"server: {bench.server}")
         print(f"proxy: {bench.proxy.endpoint}; delays {', '.join(f'{d:g} ms' for d in plan.delays_ms)}; sizes {plan.sizes}")
         print(
-            f"evstore at commit {commit}"
-            + (f" with uncommitted changes in evstore/ ({len(dirty.splitlines())} files)" if dirty else "")
-            + f"; Store.resume: {'yes' if bench.has_resume else 'no'}; Store(auto_compact) default: {bench.auto_compact_default}"
+            f"evstore: {measured}; Store.resume: {'yes' if bench.has_resume else 'no'}; "
+            f"Store(auto_compact) default: {bench.auto_compact_default}"
         )
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.2f} at start", flush=True)
         for n in plan.sizes:
@@ -746,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(
                     {
                         "server": bench.server,
-                        "commit": commit,
+                        "evstore": measured,
                         "plan": dataclasses.asdict(plan),
                         "resume": [
                             {"variant": v, "messages": n, "delay_ms": d, "samples": [dataclasses.asdict(s) for s in ss]}
@@ -759,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         bench.close()
+        if source:
+            shutil.rmtree(source, ignore_errors=True)
     return 0
 
 
