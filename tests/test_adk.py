@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from evstore import (
     AsyncStore,
     EvstoreError,
+    IntegrityError,
     InvalidInputError,
     LocalStore,
     MemoryStore,
@@ -696,6 +697,15 @@ def test_a_cancelled_append_settles_before_the_cancellation(service: EvstoreSess
         assert outcome.started == outcome.ok == (len(texts(found)) == 1)
 
     run(cancel_midway())
+
+
+def test_a_stored_event_that_does_not_validate_is_an_integrity_error(service: EvstoreSessionService) -> None:
+    session = new_session(service)
+    record = {"v": 1, "kind": "event", "event": {"timestamp": "not a time"}, "state_at": 1}
+    writer = service.store.open(service.session_evstore_id(APP, USER, session.id))
+    writer.append({"role": "assistant", "content": None, "meta": {"adk": record}})
+    with pytest.raises(IntegrityError, match="does not validate"):
+        get(service, session)
 
 
 def test_errors_are_evstore_errors() -> None:

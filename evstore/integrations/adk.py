@@ -267,6 +267,21 @@ def _record(event: StoreEvent) -> dict[str, Any] | None:
     return record
 
 
+def _stored_event(record: dict[str, Any], evstore_id: str, seq: int) -> Event:
+    """The ADK event an ``event`` record holds (``IntegrityError`` when it does not validate)."""
+    try:
+        return Event.model_validate(record.get("event"))
+    except pydantic.ValidationError as exc:
+        raise IntegrityError(evstore_id, seq, f"the stored ADK event does not validate ({exc.error_count()} errors)") from None
+
+
+def _record_time(record: dict[str, Any], evstore_id: str, seq: int) -> float:
+    time = record.get("time")
+    if isinstance(time, bool) or not isinstance(time, int | float):
+        raise IntegrityError(evstore_id, seq, "the ADK session record has no creation time")
+    return float(time)
+
+
 def _marker(uid: str, head: int, state_seq: int) -> str:
     return f"{uid}:{head}:{state_seq}"
 
@@ -426,17 +441,20 @@ class EvstoreSessionService(BaseSessionService):
                 continue
             if not tail.found_newest:
                 tail.found_newest = True
-                tail.updated = float(record["time"]) if kind == "session" else None
+                tail.updated = _record_time(record, evstore_id, stored.seq) if kind == "session" else None
                 if isinstance(record.get("state"), dict):
                     tail.state_seq = stored.seq
                     tail.state = record["state"]
                     self._remember_snapshot(f"{evstore_id}:{tail.uid}:{stored.seq}", record["state"])
                 else:
-                    tail.state_seq = int(record.get("state_at", 0))
+                    state_at = record.get("state_at", 0)
+                    if isinstance(state_at, bool) or not isinstance(state_at, int) or not 0 <= state_at < stored.seq:
+                        raise IntegrityError(evstore_id, stored.seq, "the ADK record points to no earlier state snapshot")
+                    tail.state_seq = state_at
             if kind == "session":
                 break
             if collecting:
-                event = Event.model_validate(record["event"])
+                event = _stored_event(record, evstore_id, stored.seq)
                 if tail.updated is None:
                     tail.updated = event.timestamp
                 if after is not None and event.timestamp < after:
@@ -446,7 +464,7 @@ class EvstoreSessionService(BaseSessionService):
                     if limit is not None and len(tail.events) >= limit:
                         collecting = False
             elif tail.updated is None:
-                tail.updated = Event.model_validate(record["event"]).timestamp
+                tail.updated = _stored_event(record, evstore_id, stored.seq).timestamp
             if not collecting:
                 break
         if tail.updated is None:  # created, but its creation record never written (a crash)
@@ -655,7 +673,8 @@ class EvstoreSessionService(BaseSessionService):
         first = None
         for stored in self.store.replay(evstore_id, start=1, end=seq - 1):
             record = _record(stored)
-            if record is not None and record.get("kind") == "event" and record["event"].get("invocation_id") == invocation_id:
+            stored_event = record.get("event") if record is not None and record.get("kind") == "event" else None
+            if isinstance(stored_event, dict) and stored_event.get("invocation_id") == invocation_id:
                 first = stored.seq
                 break
         if first is None:
