@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -351,3 +352,16 @@ def test_the_command_reports_a_planted_fifo_as_one_line_with_exit_5(tmp_path: Pa
     assert result.exit_code == 5, result.output
     (line,) = result.output.strip().splitlines()[-1:]
     assert line.startswith("evstore: ") and "not a regular file" in line
+
+
+def test_opening_the_store_sweeps_temp_files_a_killed_process_left(tmp_path: Path) -> None:
+    LocalStore(tmp_path / "store")
+    tmp = tmp_path / "store" / "tmp"
+    stale, fresh, other = tmp / "t-stale", tmp / "t-fresh", tmp / "not-ours"
+    for path in (stale, fresh, other):
+        path.write_bytes(b"half an object")
+    two_hours_ago = time.time() - 7200
+    os.utime(stale, (two_hours_ago, two_hours_ago))
+    os.utime(other, (two_hours_ago, two_hours_ago))
+    LocalStore(tmp_path / "store")
+    assert sorted(os.listdir(tmp)) == ["not-ours", "t-fresh"]

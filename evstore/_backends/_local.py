@@ -22,6 +22,9 @@ Containment (nothing is read, written, listed or deleted outside ``<dir>``):
   non-directory) under the root is listed as an object with its own
   ``lstat`` size, and deleting it removes the link, not its target.
 * ``<dir>`` itself is trusted as given (it may be reached through symlinks).
+
+A temporary file is removed whatever becomes of the write; one that a killed
+process left behind is swept when the store is next opened.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import hashlib
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -58,6 +62,8 @@ from ._memory import etag_of, page_of
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: A temporary file older than this was left by a process that died mid-write.
+STALE_TMP_SECONDS = 3600
 #: Sidecars and the lifecycle file are small; a larger one is treated as damaged.
 _SMALL_FILE_BYTES = 1 << 20
 _CHUNK = 1 << 20
@@ -108,6 +114,27 @@ class LocalStore(ObjectStore):
             ) from None
         except OSError as exc:
             raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
+        self._sweep_tmp()
+
+    def _sweep_tmp(self) -> None:
+        """Remove temporary files a killed process left in ``<dir>/tmp`` (older than
+        ``STALE_TMP_SECONDS``: a write in progress is never that old)."""
+        cutoff = time.time() - STALE_TMP_SECONDS
+        try:
+            fd = self._open_dirs(["tmp"])
+        except (_NotADirectory, OSError):
+            return
+        try:
+            with os.scandir(fd) as entries:
+                found = [(e.name, _lstat(e)) for e in entries if e.name.startswith("t-")]
+            for name, info in found:
+                if info is not None and info.st_mtime < cutoff:
+                    with suppress(OSError):
+                        os.unlink(name, dir_fd=fd)
+        except OSError:
+            return  # a sweep is best effort
+        finally:
+            os.close(fd)
 
     # ---- paths ---------------------------------------------------------------------------
 
