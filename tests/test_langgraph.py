@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -293,6 +294,46 @@ def test_stale_writer_gets_a_conflict_not_an_overwrite() -> None:
     assert [t.checkpoint["channel_values"]["answer"] for t in first.list(cfg("t"))] == ["B", "A", "draft"]
 
 
+def test_a_stale_process_is_refused_after_another_process_ran_the_thread_over_s3(moto_endpoint: str) -> None:
+    bucket = new_bucket(moto_endpoint)
+    store = Store(bucket, root="agents")
+    saver = EvstoreSaver(store)
+    graph = build(saver)
+    config: Any = {"configurable": {"thread_id": "shared"}}
+    graph.invoke({"request": "plan a trip"}, config)  # up to the interrupt
+    seen = saver.get_tuple(config)  # this process has read the thread
+    assert seen is not None
+    other = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "scripts" / "langgraph_graph.py"),
+            f"s3://{bucket.bucket}/agents",
+            "shared",
+            "resume",
+            "from the other process",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "AWS_ENDPOINT_URL": moto_endpoint},
+    )
+    assert other.returncode == 0, other.stderr[-2000:]
+    assert json.loads(other.stdout)["result"]["decision"] == "from the other process"
+    # this process now writes from what it read: refused, and the other process's work stands
+    stale = checkpoint(seen.checkpoint["channel_values"], seen.checkpoint["channel_versions"], 50)
+    with pytest.raises(WriteConflictError):
+        saver.put(seen.config, stale, {"source": "update", "step": 50}, {})
+    with pytest.raises(WriteConflictError):
+        saver.put_writes(seen.config, [("decision", "mine")], "task-stale")
+    final = build(EvstoreSaver(Store(bucket, root="agents"))).get_state(config)
+    assert final.next == () and final.values["decision"] == "from the other process"
+    # reading the thread again, this process continues from the other's result
+    assert graph.get_state(config).values["decision"] == "from the other process"
+    graph.update_state(config, {"decision": "amended"})
+    assert build(EvstoreSaver(Store(bucket, root="agents"))).get_state(config).values["decision"] == "amended"
+
+
 class Counter(TypedDict, total=False):
     total: int
 
@@ -344,7 +385,7 @@ def test_graph_interrupts_resumes_in_a_new_process_and_travels_in_time(tmp_path:
     assert graph.get_state(config).next == ("review",)
 
     resumed = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "scripts" / "langgraph_graph.py"), url, "trip-1", "approved"],
+        [sys.executable, str(REPO / "tests" / "scripts" / "langgraph_graph.py"), url, "trip-1", "resume", "approved"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -6,10 +6,13 @@ namespace); ``finish`` writes the final answer. Imported by
 tests/test_langgraph.py, and run as a script to resume a thread in a new
 process::
 
-    python tests/scripts/langgraph_graph.py STORE_URL THREAD_ID DECISION
+    python tests/scripts/langgraph_graph.py STORE_URL THREAD_ID resume DECISION
+    python tests/scripts/langgraph_graph.py STORE_URL THREAD_ID start REQUEST
 
-resumes the interrupted thread with ``Command(resume=DECISION)`` and prints its
-final state as one JSON object.
+``resume`` resumes the interrupted thread with ``Command(resume=DECISION)``;
+``start`` runs the graph on REQUEST up to the interrupt. Either prints the
+state it began from and the result as one JSON object. An S3 store's endpoint
+comes from ``AWS_ENDPOINT_URL``.
 """
 
 from __future__ import annotations
@@ -78,11 +81,16 @@ def main() -> None:
     import evstore
     from evstore.integrations.langgraph import EvstoreSaver
 
-    url, thread_id, decision = sys.argv[1:4]
+    url, thread_id, action, value = sys.argv[1:5]
     graph = build(EvstoreSaver(evstore.open_store(url)))
     config: Any = {"configurable": {"thread_id": thread_id}}
     before = graph.get_state(config)
-    result = graph.invoke(Command(resume=decision), config)
+    if action == "resume":
+        result = graph.invoke(Command(resume=value), config)
+    elif action == "start":
+        result = graph.invoke({"request": value}, config)
+    else:
+        raise SystemExit(f"unknown action {action!r}")
     print(json.dumps({"next_before": list(before.next), "result": summary(result)}))
 
 
