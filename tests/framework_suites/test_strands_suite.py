@@ -18,7 +18,8 @@ FLOOR = 88
 def test_strands_own_session_tests_pass_on_evstore() -> None:
     tree = sdist_tree("strands-agents")
     run = run_suite(tree, "evstore_strands_plugin", PATHS)
-    tail = run.output[-6000:]
+    failures = "\n".join(line for line in run.output.splitlines() if line.startswith(("FAILED", "ERROR")))
+    tail = failures + "\n...\n" + run.output[-4000:]
     assert run.failed == 0 and run.errors == 0, tail
     assert run.returncode == 0, tail
     assert run.passed >= FLOOR, tail
