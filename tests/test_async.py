@@ -179,6 +179,8 @@ def test_cancelled_append_that_fails_reports_the_error() -> None:
     store.create("s")
 
     async def main() -> None:
+        loop_errors: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: loop_errors.append(context))
         astore = AsyncStore(store)
         session = await astore.open("s")
         rival = Store(blocking.inner, root="root").open("s")
@@ -193,6 +195,8 @@ def test_cancelled_append_that_fails_reports_the_error() -> None:
         assert outcome is not None and outcome.started and isinstance(outcome.error, WriteConflictError)
         assert session.last_outcome is outcome
         assert [m for e in store.replay("s") for m in e.messages] == [msg("theirs")]
+        await spin()
+        assert loop_errors == []  # the failed call's error was retrieved: no "never retrieved" report
 
     run(main())
 
