@@ -172,7 +172,8 @@ class AsyncStore:
         in the pool, ``batch`` events per round trip. Errors surface as iteration reaches them."""
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise InvalidInputError("batch must be a positive integer")
-        events: Iterator[Event] = self.store.replay(session_id, start=start, end=end)  # lazy: no request yet
+        # made in the pool too: whatever Store.replay does before its first event stays off the loop
+        events: Iterator[Event] = iter(await self.run(self.store.replay, session_id, start=start, end=end))
         try:
             while True:
                 chunk = await self.run(_take, events, batch)
@@ -193,7 +194,7 @@ class AsyncStore:
         return await self.run(self.store.info, session_id)
 
     async def list_sessions(self, prefix: str = "", *, start_after: str = "", limit: int | None = None) -> list[str]:
-        return await self.run(_to_list, self.store.list_sessions(prefix, start_after=start_after, limit=limit))
+        return await self.run(_listed, self.store.list_sessions, prefix, start_after=start_after, limit=limit)
 
     async def verify(self, session_id: str, expect: Receipt | None = None) -> VerifyResult:
         return await self.run(self.store.verify, session_id, expect=expect)
@@ -302,5 +303,5 @@ def _take(events: Iterator[T], count: int) -> list[T]:
     return list(islice(events, count))
 
 
-def _to_list(items: Iterable[T]) -> list[T]:
-    return list(items)
+def _listed(fn: Callable[P, Iterable[T]], /, *args: P.args, **kwargs: P.kwargs) -> list[T]:
+    return list(fn(*args, **kwargs))
