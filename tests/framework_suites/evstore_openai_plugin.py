@@ -143,6 +143,9 @@ def _uses_sqlite_session(item: pytest.Item) -> bool:
         return False
 
 
+_deselected: list[int] = []
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     kept, deselected = [], []
     for item in items:
@@ -157,7 +160,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+        _deselected.append(len(deselected))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _deselected:
+        terminalreporter.write_line(
+            f"evstore: deselected {sum(_deselected)} tests of {', '.join(_RUNNER_MODULES)}: they use no SQLiteSession"
+        )
     terminalreporter.write_line(f"evstore-substituted sessions: {EvstoreSQLiteSession.created}")

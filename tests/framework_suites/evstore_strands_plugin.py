@@ -148,6 +148,9 @@ _DESELECTED_MODULES = {
 }
 
 
+_deselected: list[int] = []
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     kept, deselected = [], []
     for item in items:
@@ -164,8 +167,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+        _deselected.append(len(deselected))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for module, reason in _DESELECTED_MODULES.items():
+        terminalreporter.write_line(f"evstore: deselected {sum(_deselected)} tests of {module}: {reason}")
     kinds = {kind: created.count(kind) for kind in sorted(set(created))}
     terminalreporter.write_line(f"evstore-substituted repositories: {sum(kinds.values())} {kinds}")
