@@ -84,7 +84,7 @@ def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None)
             _read.open_body(ctx, manifest, raw)
         if expect is not None and raw.seq == expect.seq:
             if raw.hash != expect.hash:
-                if _read.canonical_hash(ctx, raw.session_id, expect.hash) != raw.hash:
+                if _read.canonical_hash(ctx, manifest, expect.hash) != raw.hash:
                     raise IntegrityError(
                         session_id, raw.seq, f"does not match receipt {expect.seq}:{expect.hash[:12]}… (history rewritten)"
                     )

@@ -20,6 +20,15 @@ from ._errors import IntegrityError, InvalidInputError
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_EVENT_BYTES = 5 * 1024 * 1024
+#: How deep JSON values in a message may nest (objects and lists). Far inside what decoding
+#: (msgspec's recursion limit is near 1,000 levels), the views and the command need.
+MAX_NESTING = 64
+#: Reads of small per-session objects (manifest, tombstone, salt, fork marker) are refused above this.
+MAX_SMALL_OBJECT_BYTES = 64 * 1024
+#: A segment larger than this is never written, and never read (the loose events stand for it).
+MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+#: A rekey record larger than this is not read: it vouches for nothing.
+MAX_RECORD_BYTES = 32 * 1024 * 1024
 ROLES = frozenset({"user", "assistant", "system", "tool"})
 
 Message = dict[str, Any]
@@ -72,6 +81,8 @@ class ForkRef(msgspec.Struct, omit_defaults=True, frozen=True):
     seq: int
     hash: str
     copied: bool = False
+    #: How many forks deep the child is (1 for a fork of a session that is no fork; 0: not recorded).
+    depth: int = 0
 
 
 class Manifest(msgspec.Struct, omit_defaults=True, frozen=True):
@@ -129,10 +140,30 @@ def b64decode(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"), validate=True)
 
 
+def max_event_object_bytes(max_event_bytes: int) -> int:
+    """The largest event object a reader accepts: a body of ``max_event_bytes``, sealed
+    (base64 grows it by a third) inside its envelope."""
+    return max_event_bytes * 4 // 3 + 64 * 1024
+
+
+def check_nesting(value: object, limit: int = MAX_NESTING) -> None:
+    """``InvalidInputError`` when lists and objects in ``value`` nest deeper than ``limit`` (iterative)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise InvalidInputError(f"a message may nest lists and objects at most {limit} levels deep")
+        stack.extend((child, depth + 1) for child in children)
+
+
 def validate_message(message: object) -> Message:
     """Check one message's shape; unknown fields are kept as they are."""
     if not isinstance(message, dict):
         raise InvalidInputError(f"a message must be a JSON object, not {type(message).__name__}")
+    check_nesting(message)
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         raise InvalidInputError(f"message role must be one of {', '.join(sorted(ROLES))}, not {role!r}"[:200])
@@ -157,6 +188,8 @@ def decode_message_json(text: str | bytes) -> Message:
         value = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
         raise InvalidInputError(f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(f"a message may nest lists and objects at most {MAX_NESTING} levels deep") from None
     return validate_message(value)
 
 
@@ -177,7 +210,7 @@ def encode_body(body: Body, max_bytes: int) -> bytes:
 def decode_body(data: bytes, session_id: str, seq: int) -> Body:
     try:
         return _body_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, seq, f"event body does not decode ({exc})") from None
 
 
@@ -191,7 +224,7 @@ def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
     """Decode an event object and check it belongs at (session_id, seq)."""
     try:
         envelope = _envelope_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, seq, f"not a valid event object ({exc})") from None
     if envelope.v != FORMAT_VERSION:
         raise IntegrityError(session_id, seq, f"unsupported format version {envelope.v}")
@@ -211,7 +244,7 @@ def encode_manifest(manifest: Manifest) -> bytes:
 def decode_manifest(data: bytes, session_id: str) -> Manifest:
     try:
         manifest = msgspec.json.decode(data, type=Manifest)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, None, f"manifest does not decode ({exc})") from None
     if manifest.v != FORMAT_VERSION:
         raise IntegrityError(session_id, None, f"unsupported manifest version {manifest.v}")
@@ -232,7 +265,7 @@ def decode_manifest(data: bytes, session_id: str) -> Manifest:
 def decode_tombstone(data: bytes, session_id: str) -> Tombstone:
     try:
         return msgspec.json.decode(data, type=Tombstone)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, None, f"tombstone does not decode ({exc})") from None
 
 
@@ -263,7 +296,7 @@ def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int
     line_end = data.find(b"\n", len(_SEGMENT_MAGIC))
     try:
         header = msgspec.json.decode(data[len(_SEGMENT_MAGIC) : line_end], type=_SegmentHeader)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         raise bad from None
     if (
         line_end < 0

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
-from ._codec import DEFAULT_MAX_EVENT_BYTES, RekeyRecord, Retention
+from ._codec import DEFAULT_MAX_EVENT_BYTES, RekeyRecord, Retention, max_event_object_bytes
 from ._crypto import Keyring
 from ._errors import InvalidInputError
 from ._ids import Layout
@@ -63,6 +63,8 @@ class StoreContext:
         self.keyring = keyring or Keyring()
         self.require_encryption = require_encryption
         self.max_event_bytes = max_event_bytes
+        #: The largest event object a reader accepts (``max_event_bytes`` sealed, in its envelope).
+        self.max_event_object_bytes = max_event_object_bytes(max_event_bytes)
         self.concurrency = max(1, concurrency)
         #: Segment size for writers to pack their own appends as they go (None: only ``compact``).
         self.auto_compact = auto_compact
@@ -87,7 +89,7 @@ class StoreContext:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="evstore-get")
             return self._pool
 
-    def prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Iterator[tuple[A, B]]:
+    def prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Generator[tuple[A, B]]:
         """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight."""
         pending: deque[tuple[A, Future[B]]] = deque()
         pool = self.executor()
@@ -105,7 +107,10 @@ class StoreContext:
                 future.cancel()
 
     def tags_for(self, retention: Retention) -> dict[str, str]:
-        return {RETENTION_TAG: "ephemeral"} if retention == "ephemeral" else {}
+        """Every object carries its session's retention class as a tag, set by its own PUT: the
+        lifecycle rule expires ``ephemeral`` ones, and the writer role may not re-tag a tagged object
+        (so it cannot make a permanent one expire)."""
+        return {RETENTION_TAG: retention}
 
     def has_object(self, key: str) -> bool:
         """Whether ``key`` exists: one HEAD."""

@@ -17,9 +17,9 @@ import msgspec
 from ._backends import ObjectExists
 from ._codec import ForkRef, Manifest, Retention, Tombstone, encode_json, encode_manifest, format_ts
 from ._context import StoreContext
-from ._errors import SessionExistsError, SessionNotFoundError, StoreUnavailableError
+from ._errors import InvalidInputError, SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ._manifests import new_manifest, require_free
-from ._read import live_forks, load, read_meta
+from ._read import MAX_FORK_DEPTH, live_forks, load, read_meta
 
 
 class DeleteResult(msgspec.Struct, frozen=True):
@@ -35,7 +35,11 @@ def fork_manifest(
     LIST target prefix, PUT marker, PUT manifest, HEAD parent tombstone."""
     source = parent.sid
     retention = retention or parent.retention
-    manifest = new_manifest(ctx, target, retention, ForkRef(source, parent.uid, at, at_hash))
+    grandparent = parent.parent
+    depth = 1 if grandparent is None or grandparent.copied else max(grandparent.depth, 1) + 1
+    if depth > MAX_FORK_DEPTH:
+        raise InvalidInputError(f"forks may nest at most {MAX_FORK_DEPTH} deep: fork {source!r}'s root session instead")
+    manifest = new_manifest(ctx, target, retention, ForkRef(source, parent.uid, at, at_hash, depth=depth))
     require_free(ctx, target)
     layout = ctx.layout
     marker = layout.fork_marker_key(source, target, manifest.uid)

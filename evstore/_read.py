@@ -15,14 +15,18 @@ Requests (N = events, S = segments):
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from ._backends import ObjectMissing
+from ._backends import ObjectInfo, ObjectMissing
 from ._codec import (
+    MAX_RECORD_BYTES,
+    MAX_SEGMENT_BYTES,
+    MAX_SMALL_OBJECT_BYTES,
     Body,
     Envelope,
     ForkRef,
@@ -48,11 +52,16 @@ from ._errors import (
     SessionExpiredError,
     SessionNotFoundError,
 )
-from ._ids import parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
+from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+#: The session-relative name of the highest possible seq: every event name sorts at or before it.
+_LAST_SEQ_NAME = format_seq(MAX_SEQ)
+#: Forks of forks may nest this deep; a deeper (or circular) ancestry is an integrity error.
+MAX_FORK_DEPTH = 100
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -72,11 +81,16 @@ class SessionInfo(msgspec.Struct, frozen=True):
 
 
 class Meta(msgspec.Struct, frozen=True):
-    """A session's objects other than events, from one listing."""
+    """A session's objects other than events, from one listing. Each is derived: a hint
+    where to read (segments), a reason to refuse (tombstone, salt), never history."""
 
     tombstone: bool = False
     segments: list[tuple[int, int]] = msgspec.field(default_factory=list)
     forks: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    #: A salt object: the session was encrypted by rekey, so it accepts no plaintext event.
+    salted: bool = False
+    #: Rekey records exist (``rekeys/...``): the session's events may be under a newer key id.
+    rekeyed: bool = False
 
 
 class Loaded(msgspec.Struct, frozen=True):
@@ -104,7 +118,7 @@ class RawEvent(msgspec.Struct, frozen=True):
 def read_manifest(ctx: StoreContext, session_id: str) -> tuple[Manifest, str] | None:
     """The manifest and the sha256 of its bytes, or None: one GET."""
     try:
-        stored = ctx.backend.get(ctx.layout.manifest_key(session_id))
+        stored = ctx.backend.get(ctx.layout.manifest_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES)
     except ObjectMissing:
         return None
     return decode_manifest(stored.data, session_id), sha256_hex(stored.data)
@@ -113,18 +127,22 @@ def read_manifest(ctx: StoreContext, session_id: str) -> tuple[Manifest, str] | 
 def read_meta(ctx: StoreContext, session_id: str) -> Meta:
     """The session's tombstone, segments and fork markers: a LIST of the names after the events."""
     prefix = ctx.layout.session_prefix(session_id)
-    tombstone = False
+    tombstone = salted = rekeyed = False
     segments: list[tuple[int, int]] = []
     forks: list[tuple[str, str]] = []
     for info in ctx.backend.list(prefix, start_after=ctx.layout.after_events(session_id)):
         name = info.key[len(prefix) :]
         if name == "tombstone":
             tombstone = True
+        elif name == "salt":
+            salted = True
+        elif name.startswith("rekeys/"):
+            rekeyed = True
         elif (segment := parse_segment(name)) is not None:
             segments.append(segment)
         elif (fork := parse_fork_marker(name)) is not None:
             forks.append(fork)
-    return Meta(tombstone, sorted(segments), forks)
+    return Meta(tombstone, sorted(segments), forks, salted, rekeyed)
 
 
 def first_name(ctx: StoreContext, session_id: str) -> str | None:
@@ -160,44 +178,74 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
     return Loaded(manifest, genesis, meta)
 
 
-def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
-    """The highest seq of the session, starting from its newest segment or ``known``
-    (a seq the caller knows exists: a writer's own head).
+def _event_names(ctx: StoreContext, session_id: str, after: int) -> Iterator[tuple[int, ObjectInfo]]:
+    """(seq, listing) of the session's event objects after seq ``after``, in order.
 
-    One LIST when fewer than 1,000 events follow the newest segment;
-    otherwise HEAD probes gallop up from the end of that page (doubling the
-    step) and then bisect, until 1,000 events remain for a final LIST.
+    Names that are not seqs (junk, a planted ``-`` or ``…01~``) are skipped, never
+    taken for the end of the events: the listing ends only where names sort after
+    every possible seq (the manifest, segments, markers).
+    """
+    prefix = ctx.layout.session_prefix(session_id)
+    start = ctx.layout.event_key(session_id, after) if after else ""
+    for info in ctx.backend.list(prefix, start_after=start):
+        name = info.key[len(prefix) :]
+        seq = parse_seq(name)
+        if seq is not None:
+            yield seq, info
+        elif name > _LAST_SEQ_NAME:
+            return
+
+
+def _tail_page(ctx: StoreContext, session_id: str, after: int) -> tuple[list[int], bool]:
+    """Seqs listed by one LIST page after seq ``after``, and whether more events may follow."""
+    prefix = ctx.layout.session_prefix(session_id)
+    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, after) if after else "")
+    names = [o.key[len(prefix) :] for o in page.objects]
+    seqs = [s for name in names if (s := parse_seq(name)) is not None]
+    return seqs, page.truncated and bool(names) and names[-1] <= _LAST_SEQ_NAME
+
+
+def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
+    """The highest seq of the session, starting from ``known`` (a seq the caller knows
+    exists: a writer's own head) or from the end of its newest segment.
+
+    A segment's name is a hint, never the head: the LIST starts one seq before the
+    segment's end and must show the loose event there (loose events always remain),
+    else the segment is passed over. One LIST when fewer than 1,000 events follow;
+    otherwise HEAD probes gallop up from the end of that page (doubling the step)
+    and then bisect, until 1,000 events remain for a final LIST.
     Raises ``SessionExpiredError`` when the session's first own event is gone.
     """
     session_id = loaded.manifest.sid
     layout = ctx.layout
-    prefix = layout.session_prefix(session_id)
-    floor = max([known, *(last for _, last in loaded.meta.segments)])
-
-    def tail_from(seq: int) -> tuple[list[int], bool]:
-        start = layout.event_key(session_id, seq) if seq else ""
-        page = ctx.backend.list_page(prefix, start_after=start)
-        seqs = [s for o in page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None]
-        return seqs, page.truncated and len(seqs) == len(page.objects)
-
-    seqs, more = tail_from(floor)
+    floors = sorted({last for _, last in loaded.meta.segments if last > known}, reverse=True)
+    seqs: list[int] = []
+    more = False
+    floor = known
+    for candidate in floors[:3]:  # a few: planted segment names must not cost a LIST each
+        seqs, more = _tail_page(ctx, session_id, candidate - 1)
+        if seqs and seqs[0] == candidate:
+            floor = candidate
+            break
+    else:
+        seqs, more = _tail_page(ctx, session_id, known)
     if floor == 0 and seqs and seqs[0] > loaded.first_own:
         raise SessionExpiredError(session_id, f"its first events are gone (seq {loaded.first_own} is missing)")
     low = seqs[-1] if seqs else floor
     if not more:
         return max(low, loaded.first_own - 1)
     step = 1000
-    while ctx.has_object(layout.event_key(session_id, low + step)):
+    while low + step <= MAX_SEQ and ctx.has_object(layout.event_key(session_id, low + step)):
         low += step
         step *= 2
-    high = low + step  # known absent
+    high = min(low + step, MAX_SEQ + 1)  # known absent
     while high - low > 1000:
         middle = (low + high) // 2
         if ctx.has_object(layout.event_key(session_id, middle)):
             low = middle
         else:
             high = middle
-    seqs, _ = tail_from(low)
+    seqs, _ = _tail_page(ctx, session_id, low)
     return seqs[-1] if seqs else low
 
 
@@ -238,7 +286,7 @@ def _salt(ctx: StoreContext, manifest: Manifest) -> bytes:
     if manifest.salt is not None:
         return b64decode(manifest.salt)
     try:
-        stored = ctx.backend.get(salt_key(ctx, manifest.sid))
+        stored = ctx.backend.get(salt_key(ctx, manifest.sid), max_bytes=MAX_SMALL_OBJECT_BYTES)
     except ObjectMissing:
         raise IntegrityError(manifest.sid, None, "sealed events but no salt: the session was shredded") from None
     salt = b64decode(stored.data.decode("ascii", "replace"))
@@ -257,7 +305,7 @@ def decode_raw(manifest: Manifest, seq: int, data: bytes) -> RawEvent:
 def check_key_id(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> None:
     """A sealed event names the session's key id, or one a rekey record moved it to."""
     kid = raw.envelope.kid
-    if kid != manifest.kid and kid not in {r.kid for r in records(ctx, manifest.sid)}:
+    if kid != manifest.kid and kid not in {r.kid for r in records(ctx, manifest)}:
         raise IntegrityError(raw.session_id, raw.seq, f"sealed under key id {kid!r:.70}, which this session never used")
 
 
@@ -293,30 +341,40 @@ def to_event(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Event:
 # ---- rekey records: old hash -> new hash of re-sealed events ---------------------
 
 
-def load_records(ctx: StoreContext, session_id: str) -> list[RekeyRecord]:
-    prefix = ctx.layout.session_prefix(session_id) + "rekeys/"
+def load_records(ctx: StoreContext, manifest: Manifest) -> list[RekeyRecord]:
+    """The rekey records of this incarnation of the session.
+
+    A record is derived, and anyone who may create objects can write one, so it
+    only ever lets a reader accept a hash that the event objects themselves now
+    have: a ``prev`` naming the old hash of the event before it, a receipt naming
+    the old hash of the event now at its seq. It can neither add, hide nor change
+    an event; what it claims is checked against the events it stands for.
+    """
+    prefix = ctx.layout.session_prefix(manifest.sid) + "rekeys/"
     found = []
     for info in ctx.backend.list(prefix):
         try:
-            record = msgspec.json.decode(ctx.backend.get(info.key).data, type=RekeyRecord)
-        except (ObjectMissing, msgspec.DecodeError, msgspec.ValidationError):
+            data = ctx.backend.get(info.key, max_bytes=MAX_RECORD_BYTES).data
+            record = msgspec.json.decode(data, type=RekeyRecord)
+        except (ObjectMissing, IntegrityError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             continue  # not a record evstore wrote: it vouches for nothing
-        if record.sid == session_id and len(record.old) == len(record.new):
+        if record.sid == manifest.sid and record.uid == manifest.uid and len(record.old) == len(record.new):
             found.append(record)
     return found
 
 
-def records(ctx: StoreContext, session_id: str) -> list[RekeyRecord]:
+def records(ctx: StoreContext, manifest: Manifest) -> list[RekeyRecord]:
     """The session's rekey records, cached."""
-    cached = ctx.rekey_records.get(session_id)
+    cached = ctx.rekey_records.get(manifest.sid)
     if cached is None:
-        cached = ctx.rekey_records[session_id] = load_records(ctx, session_id)
+        cached = ctx.rekey_records[manifest.sid] = load_records(ctx, manifest)
     return cached
 
 
-def canonical_hash(ctx: StoreContext, session_id: str, digest: str) -> str:
-    """The current hash of the event that ``digest`` named, following rekey records."""
-    aliases = {old: new for r in records(ctx, session_id) for old, new in zip(r.old, r.new, strict=True)}
+def canonical_hash(ctx: StoreContext, manifest: Manifest, digest: str) -> str:
+    """The current hash of the event that ``digest`` named, following rekey records
+    (callers compare it with an event's actual hash: see ``load_records``)."""
+    aliases = {old: new for r in records(ctx, manifest) for old, new in zip(r.old, r.new, strict=True)}
     seen = set()
     while digest in aliases and digest not in seen:
         seen.add(digest)
@@ -324,49 +382,70 @@ def canonical_hash(ctx: StoreContext, session_id: str, digest: str) -> str:
     return digest
 
 
-def same_event(ctx: StoreContext, session_id: str, a: str, b: str) -> bool:
-    ctx.forget_records(session_id)  # a mismatch is rare: read the records afresh
-    return canonical_hash(ctx, session_id, a) == canonical_hash(ctx, session_id, b)
+def same_event(ctx: StoreContext, manifest: Manifest, a: str, b: str) -> bool:
+    ctx.forget_records(manifest.sid)  # a mismatch is rare: read the records afresh
+    return canonical_hash(ctx, manifest, a) == canonical_hash(ctx, manifest, b)
 
 
 # ---- the event stream ---------------------------------------------------
 
 
 def get_event_bytes(ctx: StoreContext, session_id: str, seq: int) -> bytes | None:
+    """An event object's bytes (None if absent); one larger than any event could be is refused."""
     try:
-        return ctx.backend.get(ctx.layout.event_key(session_id, seq)).data
+        return ctx.backend.get(ctx.layout.event_key(session_id, seq), max_bytes=ctx.max_event_object_bytes).data
     except ObjectMissing:
         return None
 
 
 def _loose_events(ctx: StoreContext, session_id: str, start: int, end: int | None) -> Iterator[tuple[int, bytes | None]]:
     """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight."""
-    prefix = ctx.layout.session_prefix(session_id)
-    after = ctx.layout.event_key(session_id, start - 1) if start > 1 else ""
 
     def seqs() -> Iterator[int]:
-        for info in ctx.backend.list(prefix, start_after=after):
-            seq = parse_seq(info.key[len(prefix) :])
-            if seq is None or (end is not None and seq > end):
+        for seq, _ in _event_names(ctx, session_id, start - 1):
+            if end is not None and seq > end:
                 return
             yield seq
 
     return ctx.prefetched(seqs(), lambda seq: get_event_bytes(ctx, session_id, seq), ctx.concurrency * 2)
 
 
-def _segment_events(ctx: StoreContext, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+def _segment_bytes(ctx: StoreContext, session_id: str, first: int, last: int) -> bytes | None:
+    """A segment's bytes; None when it is gone, too large or unreadable (the loose events stand for it)."""
     try:
-        data = ctx.backend.get(ctx.layout.segment_key(session_id, first, last)).data
-    except ObjectMissing:
-        return []
-    return unpack_segment(data, session_id, uid, first, last)
+        return ctx.backend.get(ctx.layout.segment_key(session_id, first, last), max_bytes=MAX_SEGMENT_BYTES).data
+    except (ObjectMissing, IntegrityError):
+        return None
+
+
+def _trusted_segment(
+    manifest: Manifest, first: int, last: int, data: bytes | None, loose_last: bytes | None
+) -> list[RawEvent] | None:
+    """The segment's events, or None when it cannot stand for the loose events.
+
+    A segment is derived, so it is trusted only when checked against the events it
+    stands for: its events chain to each other, and its last event is byte for byte
+    the loose event at that seq. Since each event names the hash of the one before,
+    the last one vouches for them all.
+    """
+    if data is None or loose_last is None:
+        return None
+    try:
+        events = [decode_raw(manifest, seq, raw) for seq, raw in unpack_segment(data, manifest.sid, manifest.uid, first, last)]
+    except IntegrityError:
+        return None  # not a segment evstore wrote
+    if any(later.envelope.prev != earlier.hash for earlier, later in itertools.pairwise(events)):
+        return None
+    return events if events[-1].data == loose_last else None
 
 
 def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[RawEvent]:
     """The session's own events in [start, end], from segments then loose objects, in order.
 
-    Segments are read while they continue each other from ``start``, a few
-    GETs ahead; the rest comes from the loose events, which always remain.
+    Segments are read while they continue each other from ``start``, each with the
+    loose event at its end (both GETs a few ahead), and checked against it; the rest
+    (and all of it, from the first segment that fails its check) comes from the
+    loose events, which always remain.
     """
     manifest = loaded.manifest
     sid = manifest.sid
@@ -376,14 +455,24 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
         reach = chain[-1][1] + 1 if chain else cursor
         if first <= reach <= last and (end is None or reach <= end):
             chain.append((first, last))
-    fetch = lambda segment: _segment_events(ctx, sid, manifest.uid, *segment)  # noqa: E731
-    for (_, last), events in ctx.prefetched(chain, fetch, 4):
-        if not events:
-            break  # removed meanwhile (rekey, gc): the loose events are still there
-        for seq, data in events:
-            if seq >= cursor and (end is None or seq <= end):
-                yield decode_raw(manifest, seq, data)
+    # each segment is fetched with the loose event at its end: (segment, True) then (segment, False)
+    wanted = [(segment, whole) for segment in chain for whole in (True, False)]
+
+    def fetch(item: tuple[tuple[int, int], bool]) -> bytes | None:
+        (first, last), whole = item
+        return _segment_bytes(ctx, sid, first, last) if whole else get_event_bytes(ctx, sid, last)
+
+    fetched = ctx.prefetched(wanted, fetch, 8)
+    for ((first, last), _), data in fetched:
+        _, loose_last = next(fetched)
+        events = _trusted_segment(manifest, first, last, data, loose_last)
+        if events is None:
+            break
+        for raw in events:
+            if raw.seq >= cursor and (end is None or raw.seq <= end):
+                yield raw
         cursor = last + 1
+    fetched.close()
     if end is not None and cursor > end:
         return
     expected = cursor
@@ -397,36 +486,52 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
         expected += 1
 
 
-def lineage(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[tuple[Manifest, RawEvent]]:
+def lineage(
+    ctx: StoreContext, loaded: Loaded, start: int, end: int | None, *, _descendants: tuple[str, ...] = ()
+) -> Iterator[tuple[Manifest, RawEvent]]:
     """Events of the session and its ancestors in [start, end], in order, with the chain checked.
 
     Each event's ``prev`` must be the hash of the event before it; the first
     event's is checked too when the range starts at 1 (against the manifest)
-    or at a fork's first own seq (against the recorded parent hash).
+    or at a fork's first own seq (against the recorded parent hash). Ancestry
+    deeper than ``MAX_FORK_DEPTH`` or circular is an integrity error. Once a
+    session is encrypted (its manifest names a key, a rekey left a salt, or an
+    earlier event is sealed), and whenever the store requires encryption, a
+    plaintext event is refused.
     """
     manifest = loaded.manifest
     parent = manifest.parent
+    lineage_ids = (*_descendants, f"{manifest.sid}@{manifest.uid}")
     prev: str | None = loaded.genesis if start <= 1 else None
     if parent is not None and not parent.copied:
+        if len(lineage_ids) > MAX_FORK_DEPTH or f"{parent.sid}@{parent.uid}" in lineage_ids:
+            raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
         if start <= parent.seq:
             ancestor = load(ctx, parent.sid, deleted_ok=True)
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
             last: RawEvent | None = None
-            for item in lineage(ctx, ancestor, start, min(parent.seq, end) if end is not None else parent.seq):
+            inherited_end = min(parent.seq, end) if end is not None else parent.seq
+            for item in lineage(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
                 last = item[1]
                 yield item
             if end is None or end >= parent.seq:
                 if last is None or last.seq != parent.seq:
                     raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
-                if last.hash != parent.hash and canonical_hash(ctx, parent.sid, parent.hash) != last.hash:
+                if last.hash != parent.hash and canonical_hash(ctx, ancestor.manifest, parent.hash) != last.hash:
                     raise IntegrityError(
                         manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
                     )
         prev = parent.hash if start <= parent.seq + 1 else None
+    encrypted = manifest.kid is not None or loaded.meta.salted or ctx.require_encryption
+    sealed_before = False
     for raw in own_raw(ctx, loaded, start, end):
-        if prev is not None and raw.envelope.prev != prev and not same_event(ctx, manifest.sid, raw.envelope.prev, prev):
+        if prev is not None and raw.envelope.prev != prev and not same_event(ctx, manifest, raw.envelope.prev, prev):
             raise IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+        if raw.envelope.body is not None and (encrypted or sealed_before):
+            where = "in an encrypted session" if encrypted and not ctx.require_encryption else "where encryption is required"
+            raise IntegrityError(raw.session_id, raw.seq, f"plaintext event {where} (forged, or written before a rekey)")
+        sealed_before = sealed_before or raw.envelope.sealed is not None
         prev = raw.hash
         yield manifest, raw
 
@@ -438,7 +543,7 @@ def event_hash(ctx: StoreContext, loaded: Loaded, seq: int) -> str:
     if parent is not None and not parent.copied and seq <= parent.seq:
         if seq == parent.seq:
             return parent.hash
-        return event_hash(ctx, load(ctx, parent.sid, deleted_ok=True), seq)
+        return event_hash(ctx, load(ctx, parent.sid, deleted_ok=True), seq)  # bounded by the fork depth check of reads
     data = get_event_bytes(ctx, manifest.sid, seq)
     if data is None:
         raise InvalidInputError(f"session {manifest.sid!r} has no event at seq {seq}")
@@ -486,13 +591,16 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
     head = find_head(ctx, loaded)
     manifest = loaded.manifest
     forks = live_forks(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
+    key_id = manifest.kid
+    if loaded.meta.rekeyed and (rekeys := records(ctx, manifest)):
+        key_id = max(rekeys, key=lambda r: r.at).kid  # the key the newest rekey sealed under
     return SessionInfo(
         session_id,
         manifest.uid,
         manifest.created,
         manifest.retention,
         head,
-        manifest.kid,
+        key_id,
         manifest.parent,
         sorted(set(forks)),
         len(loaded.meta.segments),

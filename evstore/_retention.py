@@ -3,8 +3,8 @@
 
 gc is session-granular and fork-aware. For each session prefix it removes:
 
-* remnants of expired sessions: no manifest, or a manifest whose first own
-  event is gone (lifecycle rules delete object by object);
+* remnants of expired sessions: no manifest (lifecycle rules delete object by
+  object, the manifest, created first, first);
 * deleted sessions (tombstone) that no live fork needs, the tombstone last;
 * orphans: objects of a prefix without a manifest (a stale writer's append
   after the session was removed) — the same case as a remnant;
@@ -13,7 +13,11 @@ gc is session-granular and fork-aware. For each session prefix it removes:
 
 It never touches an object younger than ``grace``, nor any object of a live
 session except dead fork markers (and, with ``apply_lifecycle``, what the
-bucket's own rules would have expired: the same semantics as S3). It streams:
+bucket's own rules would have expired: the same semantics as S3). Only the
+manifest, the tombstone, the rules and the grace decide: a session whose
+manifest exists but does not decode, or whose first events are missing, is
+left alone and reported (``GcReport.left_alone``), since junk objects anyone
+could create must never make gc remove a live session. It streams:
 memory holds one LIST page and one delete batch; requests are the LIST pages,
 a manifest GET where a decision needs it, and batch deletes of up to 1,000 keys.
 """
@@ -28,7 +32,7 @@ from typing import Literal
 
 from . import _lifecycle
 from ._backends import ObjectInfo, ObjectMissing
-from ._codec import Manifest, decode_manifest, parse_ts
+from ._codec import MAX_SMALL_OBJECT_BYTES, Manifest, decode_manifest, parse_ts
 from ._context import StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete, forks_of
@@ -54,6 +58,8 @@ class GcReport:
     kept_young: int = 0
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    #: Sessions gc would not judge, with why: an undecodable manifest, missing first events.
+    left_alone: dict[str, str] = field(default_factory=dict)
 
     def count(self, reason: str, objects: int = 1) -> None:
         self.reasons[reason] = self.reasons.get(reason, 0) + objects
@@ -114,16 +120,19 @@ def _listing(ctx: StoreContext, prefix: str, report: GcReport, start: str = "") 
         start = page.next_start_after
 
 
-def _manifest(ctx: StoreContext, session_id: str, report: GcReport) -> Manifest | None:
+class _Unreadable:
+    """A manifest exists but does not decode (corrupt, or a future format version)."""
+
+
+def _manifest(ctx: StoreContext, session_id: str, report: GcReport) -> Manifest | _Unreadable | None:
     report.requests += 1
     try:
-        data = ctx.backend.get(ctx.layout.manifest_key(session_id)).data
+        data = ctx.backend.get(ctx.layout.manifest_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES).data
+        return decode_manifest(data, session_id)
     except ObjectMissing:
         return None
-    try:
-        return decode_manifest(data, session_id)
     except EvstoreError:
-        return None  # a corrupt manifest: treat the session as a remnant
+        return _Unreadable()
 
 
 def collect(
@@ -155,7 +164,7 @@ def collect(
         live = _collect_session(ctx, session_id, deleter, report, rules, now, cutoff)
         if keep is not None and live is not None:
             manifest = live or _manifest(ctx, session_id, report)
-            if manifest is not None and manifest.retention == "ephemeral":
+            if isinstance(manifest, Manifest) and manifest.retention == "ephemeral":
                 heapq.heappush(newest, (manifest.created, session_id))
                 if len(newest) > keep:
                     _, oldest = heapq.heappop(newest)
@@ -218,6 +227,9 @@ def _collect_session(
     manifest = _manifest(ctx, session_id, report) if needs_manifest else None
     if "manifest" in names and not needs_manifest:
         return False  # a live session with nothing to collect: its first page said so
+    if isinstance(manifest, _Unreadable):
+        report.left_alone[session_id] = "its manifest does not decode (corrupt, or a newer format)"
+        return None
     first_own = 1
     if manifest is not None and manifest.parent is not None and not manifest.parent.copied:
         first_own = manifest.parent.seq + 1
@@ -246,8 +258,9 @@ def _collect_session(
             remove_all("deleted")
         return None
     if first_seq is not None and first_seq > first_own:
-        remove_all("expired remnant")
-        return None
+        # expired piecewise, or a junk object under a live manifest: only the manifest's own
+        # expiry (by the rules, below) or a tombstone may remove a session
+        report.left_alone[session_id] = f"its first events are missing (the first listed is seq {first_seq})"
     if not rules and not any(n.startswith("forks/") for n in names):
         return manifest  # read only to place the first seq of a fork: nothing to collect
     tags = ctx.tags_for(manifest.retention)
@@ -272,8 +285,13 @@ def _fork_alive(ctx: StoreContext, marker: tuple[str, str], parent_uid: str, rep
     except InvalidInputError:
         return False
     manifest = _manifest(ctx, child, report)
+    if isinstance(manifest, _Unreadable):
+        return True  # gc does not judge what it cannot read: the marker stays
     return (
-        manifest is not None and manifest.uid == child_uid and manifest.parent is not None and manifest.parent.uid == parent_uid
+        isinstance(manifest, Manifest)
+        and manifest.uid == child_uid
+        and manifest.parent is not None
+        and manifest.parent.uid == parent_uid
     )
 
 

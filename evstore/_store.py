@@ -148,14 +148,6 @@ class Store:
             self.shared, session_id, after=after, after_hash=after_hash, interval=interval, should_stop=should_stop, sleep=sleep
         )
 
-    def has_object(self, key: str) -> bool:
-        """Whether ``key`` exists: one HEAD."""
-        return self.shared.has_object(key)
-
-    def canonical_hash(self, session_id: str, digest: str) -> str:
-        """The current hash of the event that ``digest`` named, following rekey records."""
-        return _read.canonical_hash(self.shared, session_id, digest)
-
     # ---- writing ------------------------------------------------------------
 
     def create(self, session_id: str, *, retention: Retention = "permanent") -> Session:

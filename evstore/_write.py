@@ -28,6 +28,7 @@ from . import _read
 from ._backends import ObjectExists, ObjectMissing
 from ._codec import (
     FORMAT_VERSION,
+    MAX_SEGMENT_BYTES,
     Body,
     Envelope,
     ForkRef,
@@ -49,7 +50,7 @@ from ._context import WRITE_ID_METADATA, StoreContext
 from ._crypto import seal
 from ._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError, WriteConflictError
 from ._forks import fork_manifest
-from ._ids import validate_seq, validate_session_id
+from ._ids import MAX_SEQ, validate_seq, validate_session_id
 from ._manifests import create_manifest, new_manifest
 from ._read import Loaded, Meta
 
@@ -176,6 +177,8 @@ class Session:
         plaintext = encode_body(body, ctx.max_event_bytes)
         kid, key = self._seal_key()
         seq = self._head + 1
+        if seq > MAX_SEQ:
+            raise IntegrityError(self.id, seq, "no seq is left after the head (an object planted at the highest seq?)")
         write_id = os.urandom(16).hex()
         envelope = Envelope(
             FORMAT_VERSION, self.id, self.manifest.uid, seq, format_ts(ctx.clock()), write_id, self._head_hash, kid
@@ -208,13 +211,7 @@ class Session:
         if self._run or (seq - 1) % size == 0:
             self._run.append((seq, data))
         if seq % size == 0 and len(self._run) == size:
-            ctx = self._ctx
-            with contextlib.suppress(ObjectExists):
-                ctx.backend.create(
-                    ctx.layout.segment_key(self.id, self._run[0][0], seq),
-                    pack_segment(self.id, self.manifest.uid, self._run),
-                    tags=ctx.tags_for(self.manifest.retention),
-                )
+            _write_segment(self._ctx, self.manifest, self._run)
             self._run = []
 
     def _resolve_taken(self, seq: int, write_id: str) -> bytes:
@@ -325,13 +322,20 @@ def compact(ctx: StoreContext, session_id: str, *, segment_size: int = 1000) -> 
     for raw in _read.own_raw(ctx, Loaded(manifest, loaded.genesis, Meta()), start, None):
         run.append((raw.seq, raw.data))
         if len(run) == segment_size:
-            first, last = run[0][0], run[-1][0]
-            with contextlib.suppress(ObjectExists):  # another compactor made the same segment
-                ctx.backend.create(
-                    ctx.layout.segment_key(session_id, first, last),
-                    pack_segment(session_id, manifest.uid, run),
-                    tags=ctx.tags_for(manifest.retention),
-                )
-            made.append((first, last))
+            if _write_segment(ctx, manifest, run):
+                made.append((run[0][0], run[-1][0]))
             run = []
     return made
+
+
+def _write_segment(ctx: StoreContext, manifest: Manifest, run: list[tuple[int, bytes]]) -> bool:
+    """PUT a segment of the run of events (once: another writer or compactor may have made it);
+    False for a run too large to be read back as one segment (its loose events serve)."""
+    data = pack_segment(manifest.sid, manifest.uid, run)
+    if len(data) > MAX_SEGMENT_BYTES:
+        return False
+    with contextlib.suppress(ObjectExists):
+        ctx.backend.create(
+            ctx.layout.segment_key(manifest.sid, run[0][0], run[-1][0]), data, tags=ctx.tags_for(manifest.retention)
+        )
+    return True

@@ -170,7 +170,7 @@ def test_a_fork_of_an_ephemeral_session_copies_what_it_needs(memory_store: Store
     memory_store.purge("auto")  # the lifecycle rules took the parent
     assert contents(memory_store, "kept") == ["m0", "m1", "own"]
     assert {e.session_id for e in memory_store.replay("kept")} == {"kept"}
-    assert memory_store.backend.get_tags(memory_store.layout.event_key("kept", 1)) == {}
+    assert memory_store.backend.get_tags(memory_store.layout.event_key("kept", 1)) == {"evstore-retention": "permanent"}
 
 
 def test_deleting_a_parent_keeps_its_forks_replayable(store: Store) -> None:

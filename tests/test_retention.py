@@ -54,7 +54,7 @@ def test_every_object_of_an_ephemeral_session_is_tagged_at_put(timed: Store) -> 
     timed.fork("e", "ef", retention="ephemeral").append(msg("x"))
     filled(timed, "p")
     for obj in timed.backend.list(""):
-        expected = {lc.RETENTION_TAG: "ephemeral"} if obj.key.split("/")[2] in ("e", "ef") else {}
+        expected = {lc.RETENTION_TAG: "ephemeral" if obj.key.split("/")[2] in ("e", "ef") else "permanent"}
         assert timed.backend.get_tags(obj.key) == expected, obj.key
 
 
@@ -149,11 +149,16 @@ def test_a_session_expired_piecewise_replays_as_expired_then_gc_removes_the_rest
     assert listing(timed) == {}
 
 
-def test_expired_first_events_with_the_manifest_left_are_a_remnant(timed: Store, clock: Clock) -> None:
+def test_missing_first_events_under_a_live_manifest_are_reported_not_removed(timed: Store, clock: Clock) -> None:
+    """Only the manifest, a tombstone, the rules and the grace decide: events gone from the front
+    look exactly like a junk object planted there, so gc leaves the session and says why."""
     filled(timed, "s", n=4)
     timed.backend.delete_many([timed.layout.event_key("s", 1), timed.layout.event_key("s", 2)])
     clock.advance(days=2)
-    assert timed.gc().reasons == {"expired remnant": 3}
+    report = timed.gc()
+    assert report.reasons == {} and "first events are missing" in report.left_alone["s"]
+    timed.backend.delete_many([timed.layout.manifest_key("s")])  # the manifest expires too
+    assert timed.gc().reasons == {"expired remnant or orphan": 2}
 
 
 def test_gc_never_touches_a_live_session(timed: Store, clock: Clock) -> None:

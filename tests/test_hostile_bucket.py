@@ -1,0 +1,421 @@
+"""Integrity against a hostile or messy bucket: an attacker who may only *create* objects
+(exactly what infra/iam/writer.json grants) never changes, hides or adds to what replay,
+the context view, verify or export return. Each attack ends in the true history or a
+clean error with its exit code — on the memory and local backends and on moto's server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+from evstore_cli import cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evstore import (
+    IntegrityError,
+    InvalidInputError,
+    Keyring,
+    LocalStore,
+    MemoryStore,
+    ObjectStore,
+    SessionNotFoundError,
+    Store,
+)
+from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+from evstore._codec import (
+    FORMAT_VERSION,
+    Envelope,
+    ForkRef,
+    Manifest,
+    MessagesBody,
+    RekeyRecord,
+    b64encode,
+    encode_json,
+    encode_manifest,
+    format_ts,
+    header_aad,
+    pack_segment,
+    sha256_hex,
+)
+from evstore._crypto import seal
+from evstore._ids import MAX_SEQ
+from evstore._read import read_manifest, session_key
+
+from .conftest import new_bucket
+from .helpers import msg
+
+
+class CreateOnly(ObjectStore):
+    """The writer role's rights: read, list, and create new objects; nothing is replaced or deleted."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.location = inner.location
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        return self.inner.create(key, data, metadata=metadata, tags=tags)
+
+    def replace(self, key: str, data: bytes, *, etag: str, **_: Any) -> str:
+        raise PermissionError("create-only")
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        return self.inner.get(key, max_bytes=max_bytes)
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        if list(keys):
+            raise PermissionError("create-only")
+        return 0
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        return self.inner.get_tags(key)
+
+    def get_lifecycle(self) -> list[LifecycleRule]:
+        return self.inner.get_lifecycle()
+
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
+        raise PermissionError("create-only")
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        return self.inner.list_incomplete_uploads(prefix)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        raise PermissionError("create-only")
+
+
+KEYRING = Keyring({"k1": os.urandom(32)}, "k1")
+
+
+@pytest.fixture(params=["memory", "local", "moto_server"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "memory":
+        return MemoryStore()
+    if request.param == "local":
+        return LocalStore(tmp_path / "store")
+    return new_bucket(request.getfixturevalue("moto_endpoint"))
+
+
+@pytest.fixture(params=["plaintext", "encrypted"])
+def keyring(request: pytest.FixtureRequest) -> Keyring | None:
+    return KEYRING if request.param == "encrypted" else None
+
+
+class Scene:
+    """A session of five messages, its auditor's receipt, and an attacker on the same bucket
+    holding what a writer holds (the key too, for encrypted sessions)."""
+
+    def __init__(self, backend: ObjectStore, keyring: Keyring | None) -> None:
+        self.backend = backend
+        self.store = Store(backend, root="root", keyring=keyring)
+        self.attacker = Store(CreateOnly(backend), root="root", keyring=keyring)
+        writer = self.store.open("s", create=True)
+        for i in range(5):
+            writer.append(msg(f"m{i}"))
+        self.receipt = self.store.verify("s").receipt
+        found = read_manifest(self.store.shared, "s")
+        assert found is not None
+        self.manifest, self.genesis = found
+
+    def key(self, name: str) -> str:
+        return f"root/sessions/s/{name}"
+
+    def plant(self, name: str, data: bytes = b"") -> None:
+        self.attacker.backend.create(self.key(name), data)
+
+    def forged_events(self, texts: list[str], *, first: int = 1, prev: str | None = None) -> list[tuple[int, bytes]]:
+        """Events chained from ``prev`` (the manifest hash), sealed under the session key when it has one."""
+        events = []
+        prev = prev or self.genesis
+        for seq, text in enumerate(texts, first):
+            body = MessagesBody([msg(text)])
+            env = Envelope(
+                FORMAT_VERSION, "s", self.manifest.uid, seq, format_ts(self.store.clock()), "f" * 32, prev, self.manifest.kid
+            )
+            if self.manifest.kid is None:
+                env = msgspec.structs.replace(env, body=body)
+            else:
+                key = session_key(self.attacker.shared, self.manifest, self.manifest.kid)
+                env = msgspec.structs.replace(env, sealed=b64encode(seal(key, encode_json(body), header_aad(env))))
+            data = encode_json(env)
+            events.append((seq, data))
+            prev = sha256_hex(data)
+        return events
+
+    def contents(self) -> list[str]:
+        return [m["content"] for e in self.store.replay("s") for m in e.messages]
+
+    def truth(self) -> None:
+        """What every read of the session must still say."""
+        assert self.contents() == [f"m{i}" for i in range(5)]
+        assert [m["content"] for m in self.store.context("s")] == [f"m{i}" for i in range(5)]
+        result = self.store.verify("s", expect=self.receipt)
+        assert result.receipt == self.receipt and result.events == 5 and not result.superseded_by_rekey
+        assert self.store.info("s").head == 5
+
+
+@pytest.fixture
+def scene(backend: ObjectStore, keyring: Keyring | None) -> Scene:
+    return Scene(backend, keyring)
+
+
+# ---- 1. history rewritten by a segment and a rekey record ------------------------
+
+
+def test_a_forged_segment_and_rekey_record_change_nothing(scene: Scene) -> None:
+    forged = scene.forged_events([f"forged {i}" for i in range(5)])
+    scene.plant("segments/00000000000000000001-00000000000000000005", pack_segment("s", scene.manifest.uid, forged))
+    real = [e.hash for e in scene.store.replay("s")]
+    record = RekeyRecord(
+        "s", scene.manifest.uid, format_ts(scene.store.clock()), "k1", 1, real, [sha256_hex(d) for _, d in forged]
+    )
+    scene.plant("rekeys/2026-01-01T00:00:00.000000Z-x", encode_json(record))
+    scene.truth()
+
+
+def test_a_forged_segment_covering_part_of_the_log_changes_nothing(scene: Scene) -> None:
+    forged = scene.forged_events(["forged 1", "forged 2", "forged 3"])
+    scene.plant("segments/00000000000000000001-00000000000000000003", pack_segment("s", scene.manifest.uid, forged))
+    scene.truth()
+
+
+def test_a_forged_segment_with_a_planted_next_event_changes_nothing(scene: Scene) -> None:
+    """Chaining a planted loose event to a forged segment does not make the segment true."""
+    scene.store.compact("s", segment_size=5)  # a true segment exists too
+    forged = scene.forged_events([f"forged {i}" for i in range(5)])
+    scene.plant("segments/00000000000000000001-00000000000000000006", pack_segment("s", scene.manifest.uid, forged))
+    scene.truth()
+
+
+# ---- 2. truncation by one junk object ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["-", "00000000000000000001~", "0", "00000000000000000003.tmp", "~"])
+def test_a_junk_name_among_the_events_hides_nothing(scene: Scene, name: str) -> None:
+    scene.plant(name)
+    scene.truth()
+    assert scene.store.open("s").append(msg("m5")) == 6
+    assert scene.contents()[-1] == "m5"
+
+
+@pytest.mark.parametrize("name", ["-", "00000000000000000001~"])
+def test_a_junk_name_hides_nothing_from_the_command(tmp_path: Path, name: str) -> None:
+    url = (tmp_path / "store").as_uri()
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(cli, ["--store", url, *args], env={"EVSTORE_KEY": None, "EVSTORE_KEYRING": None})
+
+    for i in range(3):
+        assert run("append", "s", f"m{i}").exit_code == 0
+    receipt = run("verify", "s", "--receipt").output.strip()
+    LocalStore(tmp_path / "store").create(f"sessions/s/{name}", b"")
+    assert len(run("replay", "s", "--format", "jsonl").output.splitlines()) == 3
+    assert len(run("replay", "s", "--view", "context", "--format", "jsonl").output.splitlines()) == 3
+    assert len(run("export", "s", "--format", "jsonl").output.splitlines()) == 3
+    checked = run("verify", "s", "--expect", receipt)
+    assert checked.exit_code == 0 and "3 events" in checked.output
+
+
+# ---- 3. acknowledged but invisible -----------------------------------------------------
+
+
+def test_an_event_planted_at_the_highest_seq_refuses_the_next_append_and_is_a_hole(scene: Scene) -> None:
+    ((seq, data),) = scene.forged_events(["far away"], first=MAX_SEQ, prev="0" * 64)
+    scene.plant(f"{seq:020d}", data)
+    writer = scene.store.open("s")
+    assert writer.head == MAX_SEQ
+    with pytest.raises(IntegrityError, match="no seq is left"):
+        writer.append(msg("lost?"))
+    assert [o.key for o in scene.backend.list("root/sessions/s/") if len(o.key.rsplit("/", 1)[1]) > 20] == []
+    with pytest.raises(IntegrityError, match="missing"):
+        scene.contents()
+
+
+def test_a_segment_name_never_moves_the_head(scene: Scene) -> None:
+    scene.plant(f"segments/00000000000000000010-{MAX_SEQ:020d}")
+    scene.plant("segments/00000000000000000003-00000000000000000900")
+    scene.truth()
+    assert scene.store.open("s").append(msg("m5")) == 6
+
+
+# ---- 4. plaintext in an encrypted session -------------------------------------------
+
+
+def plant_plaintext_after_head(backend: ObjectStore, store: Store, text: str) -> None:
+    """What a principal without the key can do: create a plaintext event chained to the head."""
+    found = read_manifest(store.shared, "s")
+    assert found is not None
+    head = list(store.replay("s"))[-1]
+    env = Envelope(FORMAT_VERSION, "s", found[0].uid, head.seq + 1, format_ts(store.clock()), "f" * 32, head.hash)
+    env = msgspec.structs.replace(env, body=MessagesBody([msg(text)]))
+    CreateOnly(backend).create(f"root/sessions/s/{head.seq + 1:020d}", encode_json(env))
+
+
+def test_a_plaintext_event_after_a_rekey_is_refused(backend: ObjectStore) -> None:
+    plain = Store(backend, root="root")
+    plain.open("s", create=True).append(msg("before"))
+    keyed = Store(backend, root="root", keyring=KEYRING)
+    keyed.rekey("s")
+    assert keyed.info("s").key_id == "k1" and keyed.info("s").encrypted
+    plant_plaintext_after_head(backend, keyed, "injected")
+    with pytest.raises(IntegrityError, match="plaintext event in an encrypted session"):
+        list(keyed.replay("s"))
+
+
+def test_require_encryption_holds_for_reads(backend: ObjectStore) -> None:
+    Store(backend, root="root").open("s", create=True).append(msg("plain"))
+    strict = Store(backend, root="root", keyring=KEYRING, require_encryption=True)
+    with pytest.raises(IntegrityError, match="where encryption is required"):
+        list(strict.replay("s"))
+
+
+def test_a_manifest_swapped_for_a_keyless_one_does_not_admit_plaintext(backend: ObjectStore) -> None:
+    """Someone with bucket-wide write replaces the manifest and adds a plaintext event: the chain
+    from seq 1 names the true manifest, so every full read and verify fails instead."""
+    keyed = Store(backend, root="root", keyring=KEYRING)
+    keyed.open("s", create=True).append(msg("sealed"))
+    plant_plaintext_after_head(backend, keyed, "plaintext")
+    found = read_manifest(keyed.shared, "s")
+    assert found is not None
+    keyless = encode_manifest(msgspec.structs.replace(found[0], kid=None, salt=None))
+    backend.replace("root/sessions/s/manifest", keyless, etag=backend.head("root/sessions/s/manifest").etag)
+    for store in (keyed, Store(backend, root="root")):
+        with pytest.raises(IntegrityError):
+            list(store.replay("s"))
+        with pytest.raises(IntegrityError):
+            store.verify("s")
+
+
+# ---- 5. unbounded reads ----------------------------------------------------------------
+
+
+def test_an_oversized_event_object_is_refused_by_replay_and_open(backend: ObjectStore) -> None:
+    small = Store(backend, root="root", max_event_bytes=1000)
+    writer = small.open("s", create=True)
+    writer.append(msg("ok"))
+    limit = small.shared.max_event_object_bytes
+    CreateOnly(backend).create("root/sessions/s/00000000000000000002", b"x" * (limit + 1))
+    with pytest.raises(IntegrityError, match=r"larger|exceeds|bytes"):
+        list(small.replay("s"))
+    with pytest.raises(IntegrityError, match=r"larger|exceeds|bytes"):
+        small.open("s")
+
+
+# ---- 6. what can be written can be read -----------------------------------------------------
+
+
+def test_a_deeply_nested_message_is_refused_at_append_and_nothing_is_left(backend: ObjectStore) -> None:
+    store = Store(backend, root="root")
+    deep: Any = "x"
+    for _ in range(100):
+        deep = [deep]
+    writer = store.open("s", create=True)
+    with pytest.raises(InvalidInputError, match="levels deep"):
+        writer.append({"role": "user", "content": deep})
+    assert writer.head == 0 and list(store.replay("s")) == []
+
+
+def test_a_planted_deeply_nested_event_is_an_integrity_error(scene: Scene) -> None:
+    scene.plant("00000000000000000006", b"[" * 5000 + b"]" * 5000)
+    with pytest.raises(IntegrityError):
+        scene.contents()
+
+
+def test_forks_nest_at_most_the_depth_limit_and_all_of_them_read(memory_store: Store) -> None:
+    from evstore._read import MAX_FORK_DEPTH
+
+    memory_store.open("f0", create=True).append(msg("root"))
+    for depth in range(1, MAX_FORK_DEPTH + 1):
+        memory_store.fork(f"f{depth - 1}", f"f{depth}").append(msg(f"at {depth}"))
+    assert len(list(memory_store.replay(f"f{MAX_FORK_DEPTH}"))) == MAX_FORK_DEPTH + 1
+    with pytest.raises(InvalidInputError, match="nest at most"):
+        memory_store.fork(f"f{MAX_FORK_DEPTH}", "too-deep")
+
+
+def test_a_manifest_whose_parent_is_itself_is_an_integrity_error(backend: ObjectStore) -> None:
+    store = Store(backend, root="root")
+    uid = "a" * 32
+    manifest = Manifest(FORMAT_VERSION, "loop", uid, format_ts(store.clock()), parent=ForkRef("loop", uid, 3, "0" * 64))
+    CreateOnly(backend).create("root/sessions/loop/manifest", encode_manifest(manifest))
+    with pytest.raises(IntegrityError, match="circular"):
+        list(store.replay("loop"))
+
+
+# ---- 7. gc never destroys a live session -------------------------------------------------------
+
+
+def test_a_junk_event_in_a_fresh_session_does_not_make_gc_remove_it(backend: ObjectStore) -> None:
+    from datetime import timedelta
+
+    store = Store(backend, root="root")
+    store.create("fresh")
+    CreateOnly(backend).create("root/sessions/fresh/00000000000000000002", b"junk")
+    report = store.gc(grace=timedelta(0))
+    assert report.objects_removed == 0 and "fresh" in report.left_alone
+    assert backend.head("root/sessions/fresh/manifest").size > 0
+
+
+def test_an_undecodable_manifest_is_left_alone_and_reported(backend: ObjectStore) -> None:
+    from datetime import timedelta
+
+    store = Store(backend, root="root")
+    store.open("s", create=True).append(msg("kept"))
+    stored = backend.get("root/sessions/s/manifest")
+    backend.replace("root/sessions/s/manifest", b'{"v": 99}', etag=stored.etag)
+    store.apply_lifecycle(1)  # with rules to apply, gc reads every manifest
+    report = store.gc(grace=timedelta(0), apply_lifecycle=True)
+    assert report.objects_removed == 0 and "does not decode" in report.left_alone["s"]
+    assert len(list(backend.list("root/sessions/s/"))) == 2
+
+
+# ---- the property: derived objects and junk never change what replay returns ----------------------------
+
+DERIVED = st.one_of(
+    st.sampled_from(["-", "~", "0", "00000000000000000002~", "zzz", "segments/", "forks/x@y", "rekeys/r", "tombstonex"]),
+    st.builds(lambda a, b: f"segments/{min(a, b):020d}-{max(a, b):020d}", st.integers(1, 12), st.integers(1, 12)),
+    st.builds(lambda n: f"{n:020d}", st.integers(7, 12)),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.tuples(DERIVED, st.binary(max_size=64) | st.just(b"")), max_size=6), forged=st.booleans())
+def test_derived_objects_and_junk_never_change_what_replay_returns(names: list[tuple[str, bytes]], forged: bool) -> None:
+    scene = Scene(MemoryStore(), None)
+    truth = [(e.seq, e.hash) for e in scene.store.replay("s")]
+    if forged:
+        data = pack_segment("s", scene.manifest.uid, scene.forged_events(["a", "b", "c"]))
+        names = [("segments/00000000000000000001-00000000000000000003", data), *names]
+    for name, data in names:
+        try:
+            scene.plant(name, data)
+        except Exception:  # the name exists already: the attacker cannot overwrite
+            continue
+    try:
+        seen = [(e.seq, e.hash) for e in scene.store.replay("s")]
+    except (IntegrityError, SessionNotFoundError):
+        return  # a read may fail; it may never lie
+    assert seen[: len(truth)] == truth
+    assert all(seq > 5 for seq, _ in seen[len(truth) :])  # only planted *events* after the head can follow
+
+
+def test_the_create_only_wrapper_refuses_to_replace_or_delete() -> None:
+    inner = MemoryStore()
+    inner.create("a", b"1")
+    wrapper = CreateOnly(inner)
+    with pytest.raises(PermissionError):
+        wrapper.delete_many(["a"])
+    with pytest.raises(PermissionError):
+        wrapper.replace("a", b"2", etag=inner.head("a").etag)
+    assert inner.get("a").data == b"1"
