@@ -158,6 +158,13 @@ class AsyncStore:
     async def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> AsyncSession:
         return AsyncSession(self, await self.run(self.store.open, session_id, create=create, retention=retention))
 
+    async def resume(
+        self, session_id: str, *, create: bool = False, retention: Retention = "permanent", repair: Repair = "error"
+    ) -> tuple[AsyncSession, list[Message]]:
+        """``Store.resume``: a writer at the head and the context view, from one pass."""
+        writer, context = await self.run(self.store.resume, session_id, create=create, retention=retention, repair=repair)
+        return AsyncSession(self, writer), context
+
     async def fork(self, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> AsyncSession:
         return AsyncSession(self, await self.run(self.store.fork, source, target, at=at, retention=retention))
 

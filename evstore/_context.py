@@ -33,6 +33,10 @@ WRITE_ID_METADATA = "evstore-write-id"
 RETENTION_TAG = _lifecycle.RETENTION_TAG
 
 
+#: By default writers compact as they go: a segment at every 32 appends, merged 4 to 1 level by level.
+DEFAULT_AUTO_COMPACT = 32
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -53,11 +57,13 @@ class StoreContext:
         require_encryption: bool = False,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         concurrency: int = 16,
-        auto_compact: int | None = None,
+        auto_compact: int | None = DEFAULT_AUTO_COMPACT,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
+        if auto_compact == 0:
+            auto_compact = None
         if auto_compact is not None and not 2 <= auto_compact <= 100_000:
-            raise InvalidInputError("auto_compact must be a segment size from 2 to 100000")
+            raise InvalidInputError("auto_compact must be a segment size from 2 to 100000, or 0 (None) for off")
         self.backend = backend
         self.layout = Layout(root)
         self.keyring = keyring or Keyring()
@@ -66,7 +72,7 @@ class StoreContext:
         #: The largest event object a reader accepts (``max_event_bytes`` sealed, in its envelope).
         self.max_event_object_bytes = max_event_object_bytes(max_event_bytes)
         self.concurrency = max(1, concurrency)
-        #: Segment size for writers to pack their own appends as they go (None: only ``compact``).
+        #: Writers pack segments as they append, LSM-style, from this size up (None: only ``compact``).
         self.auto_compact = auto_compact
         self.clock = clock
         #: (session id, uid, key id) -> the session's derived AES key.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ._backends import ObjectInfo, ObjectMissing
+from ._backends import ListPage, ObjectInfo, ObjectMissing
 from ._codec import (
     MAX_RECORD_BYTES,
     MAX_SEGMENT_BYTES,
@@ -56,6 +56,8 @@ from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_s
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 #: The session-relative name of the highest possible seq: every event name sorts at or before it.
@@ -165,11 +167,14 @@ def gone(ctx: StoreContext, session_id: str) -> SessionNotFoundError | SessionEx
 def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found: tuple[Manifest, str] | None = None) -> Loaded:
     """Manifest and listing of a session (``found``: a manifest the caller already read)."""
     validate_session_id(session_id)
+    listing = None if found else ctx.executor().submit(read_meta, ctx, session_id)  # together with the manifest GET
     found = found or read_manifest(ctx, session_id)
     if found is None:
+        if listing is not None:
+            listing.cancel()
         raise gone(ctx, session_id)
     manifest, genesis = found
-    meta = read_meta(ctx, session_id)
+    meta = listing.result() if listing is not None else read_meta(ctx, session_id)
     if meta.tombstone and not deleted_ok:
         # deleted, but its objects remain (forks still read them, or gc has not run yet)
         raise SessionNotFoundError(
@@ -178,8 +183,11 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
     return Loaded(manifest, genesis, meta)
 
 
-def _event_names(ctx: StoreContext, session_id: str, after: int) -> Iterator[tuple[int, ObjectInfo]]:
-    """(seq, listing) of the session's event objects after seq ``after``, in order.
+def _event_names(
+    ctx: StoreContext, session_id: str, after: int, first_page: Future[ListPage] | None = None
+) -> Iterator[tuple[int, ObjectInfo]]:
+    """(seq, listing) of the session's event objects after seq ``after``, in order
+    (``first_page``: the LIST of the first page, already sent).
 
     Names that are not seqs (junk, a planted ``-`` or ``…01~``) are skipped, never
     taken for the end of the events: the listing ends only where names sort after
@@ -187,13 +195,18 @@ def _event_names(ctx: StoreContext, session_id: str, after: int) -> Iterator[tup
     """
     prefix = ctx.layout.session_prefix(session_id)
     start = ctx.layout.event_key(session_id, after) if after else ""
-    for info in ctx.backend.list(prefix, start_after=start):
-        name = info.key[len(prefix) :]
-        seq = parse_seq(name)
-        if seq is not None:
-            yield seq, info
-        elif name > _LAST_SEQ_NAME:
+    page = first_page.result() if first_page is not None else ctx.backend.list_page(prefix, start_after=start)
+    while True:
+        for info in page.objects:
+            name = info.key[len(prefix) :]
+            seq = parse_seq(name)
+            if seq is not None:
+                yield seq, info
+            elif name > _LAST_SEQ_NAME:
+                return
+        if not page.truncated:
             return
+        page = ctx.backend.list_page(prefix, start_after=page.next_start_after)
 
 
 def _tail_page(ctx: StoreContext, session_id: str, after: int) -> tuple[list[int], bool]:
@@ -398,11 +411,13 @@ def get_event_bytes(ctx: StoreContext, session_id: str, seq: int) -> bytes | Non
         return None
 
 
-def _loose_events(ctx: StoreContext, session_id: str, start: int, end: int | None) -> Iterator[tuple[int, bytes | None]]:
+def _loose_events(
+    ctx: StoreContext, session_id: str, start: int, end: int | None, first_page: Future[ListPage] | None = None
+) -> Iterator[tuple[int, bytes | None]]:
     """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight."""
 
     def seqs() -> Iterator[int]:
-        for seq, _ in _event_names(ctx, session_id, start - 1):
+        for seq, _ in _event_names(ctx, session_id, start - 1, first_page):
             if end is not None and seq > end:
                 return
             yield seq
@@ -450,11 +465,23 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    chain: list[tuple[int, int]] = []
-    for first, last in loaded.meta.segments:
+    chain: list[tuple[int, int]] = []  # greedy: at each seq, the segment that reaches furthest
+    while True:
         reach = chain[-1][1] + 1 if chain else cursor
-        if first <= reach <= last and (end is None or reach <= end):
-            chain.append((first, last))
+        if end is not None and reach > end:
+            break
+        covering = [(last, first) for first, last in loaded.meta.segments if first <= reach <= last]
+        if not covering:
+            break
+        last, first = max(covering)
+        chain.append((first, last))
+    # The LIST of the loose tail after the chain goes out with the segment GETs: it depends on no decode.
+    tail_start = chain[-1][1] + 1 if chain else cursor
+    tail = None
+    if chain and (end is None or tail_start <= end):
+        tail = ctx.executor().submit(
+            ctx.backend.list_page, ctx.layout.session_prefix(sid), start_after=ctx.layout.event_key(sid, tail_start - 1)
+        )
     # each segment is fetched with the loose event at its end: (segment, True) then (segment, False)
     wanted = [(segment, whole) for segment in chain for whole in (True, False)]
 
@@ -462,7 +489,7 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
         (first, last), whole = item
         return _segment_bytes(ctx, sid, first, last) if whole else get_event_bytes(ctx, sid, last)
 
-    fetched = ctx.prefetched(wanted, fetch, 8)
+    fetched = ctx.prefetched(wanted, fetch, 16)  # eight segments, each with the loose event it must match
     for ((first, last), _), data in fetched:
         _, loose_last = next(fetched)
         events = _trusted_segment(manifest, first, last, data, loose_last)
@@ -476,7 +503,7 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
     if end is not None and cursor > end:
         return
     expected = cursor
-    for seq, listed in _loose_events(ctx, sid, cursor, end):
+    for seq, listed in _loose_events(ctx, sid, cursor, end, tail if cursor == tail_start else None):
         if seq != expected or listed is None:
             missing = expected if seq != expected else seq
             if missing == loaded.first_own:

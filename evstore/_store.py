@@ -24,7 +24,7 @@ from ._audit import RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
-from ._context import RETENTION_TAG, WRITE_ID_METADATA, StoreContext, utc_now
+from ._context import DEFAULT_AUTO_COMPACT, RETENTION_TAG, WRITE_ID_METADATA, StoreContext, utc_now
 from ._crypto import Keyring
 from ._forks import DeleteResult
 from ._ids import Layout
@@ -57,7 +57,7 @@ class Store:
         require_encryption: bool = False,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         concurrency: int = 16,
-        auto_compact: int | None = None,
+        auto_compact: int | None = DEFAULT_AUTO_COMPACT,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.shared = StoreContext(
@@ -157,6 +157,12 @@ class Store:
     def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> Session:
         """A writer for the session, at its current head. With ``create``, a missing session is created."""
         return _write.open_session(self.shared, session_id, create_missing=create, retention=retention)
+
+    def resume(
+        self, session_id: str, *, create: bool = False, retention: Retention = "permanent", repair: Repair = "error"
+    ) -> tuple[Session, list[Message]]:
+        """A writer at the head and the context view, from one pass: ``writer, context = store.resume(id)``."""
+        return _write.resume(self.shared, session_id, create_missing=create, retention=retention, repair=repair)
 
     def fork(self, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> Session:
         """Fork ``source`` at ``at`` (default: its head) into a new session ``target``; return its writer."""

@@ -48,14 +48,21 @@ from ._codec import (
 )
 from ._context import WRITE_ID_METADATA, StoreContext
 from ._crypto import seal
-from ._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError, WriteConflictError
+from ._errors import EvstoreError, IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError, WriteConflictError
 from ._forks import fork_manifest
 from ._ids import MAX_SEQ, validate_seq, validate_session_id
 from ._manifests import create_manifest, new_manifest
 from ._read import Loaded, Meta
+from ._views import ContextFolder, Repair
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+
+#: Each level of automatic compaction packs this many segments of the level below.
+COMPACTION_FANOUT = 4
+#: A writer holds the bytes of at most this many of its session's newest events for compaction.
+COMPACTION_MEMORY_EVENTS = 8192
 
 
 def _as_messages(message: Message | Iterable[Message]) -> list[Message]:
@@ -81,7 +88,10 @@ class Session:
         self._head = head
         self._head_hash = head_hash
         self._seal_kid = seal_kid
-        self._run: list[tuple[int, bytes]] = []  # own appends since the last segment boundary (auto_compact)
+        #: The bytes of this session's newest own events that this writer read or wrote: what it packs
+        #: into segments as seqs reach level boundaries (see ``_compact_levels``).
+        self._recent: dict[int, bytes] = {}
+        self._recent_bytes = 0
 
     @property
     def id(self) -> str:
@@ -199,20 +209,38 @@ class Session:
             data = self._resolve_taken(seq, write_id)
         self._head, self._head_hash = seq, sha256_hex(data)
         if ctx.auto_compact is not None:
-            self._pack_as_we_go(seq, data, ctx.auto_compact)
+            if self._recent and seq - 1 not in self._recent:
+                self._recent.clear()  # another writer's events came between: this writer holds no run
+                self._recent_bytes = 0
+            self._remember(seq, data)
+            self._compact_levels(seq, ctx.auto_compact)
         return seq
 
-    def _pack_as_we_go(self, seq: int, data: bytes, size: int) -> None:
-        """Keep this writer's run of appends; at each multiple of ``size`` write it as a segment
-        (one extra PUT per ``size`` appends). A run that another writer interleaved, or that
-        began before this writer opened, is left to ``compact``."""
-        if self._run and self._run[-1][0] != seq - 1:
-            self._run = []
-        if self._run or (seq - 1) % size == 0:
-            self._run.append((seq, data))
-        if seq % size == 0 and len(self._run) == size:
-            _write_segment(self._ctx, self.manifest, self._run)
-            self._run = []
+    def _remember(self, seq: int, data: bytes) -> None:
+        recent = self._recent
+        recent[seq] = data
+        self._recent_bytes += len(data)
+        while len(recent) > COMPACTION_MEMORY_EVENTS or self._recent_bytes > MAX_SEGMENT_BYTES:
+            self._recent_bytes -= len(recent.pop(next(iter(recent))))  # the oldest: seqs go in ascending
+
+    def _compact_levels(self, seq: int, size: int) -> None:
+        """LSM-style segments, so the loose tail stays short at every length: at each multiple
+        of ``size`` the last ``size`` events become a segment, at each multiple of ``size * 4``
+        the last ``size * 4``, and so on. Each segment is written once, with the bytes this writer
+        holds (what it appended, or read when it resumed); a level whose events it does not hold
+        is left to ``compact``. Amortized: ``1/size * 4/3`` PUTs per append (1/24 at 32).
+
+        Segments are derived and the append has already succeeded, so a failed segment PUT (a
+        role without the right, a flaky store) is dropped: readers use the loose events."""
+        level = size
+        while seq % level == 0 and level <= len(self._recent):
+            first = seq - level + 1
+            run = [(s, self._recent[s]) for s in range(first, seq + 1) if s in self._recent]
+            if len(run) != level:
+                return
+            with contextlib.suppress(EvstoreError):
+                _write_segment(self._ctx, self.manifest, run)
+            level *= COMPACTION_FANOUT
 
     def _resolve_taken(self, seq: int, write_id: str) -> bytes:
         """A 412 at ``seq``: our own earlier attempt (lost response) is success, else a conflict."""
@@ -339,3 +367,45 @@ def _write_segment(ctx: StoreContext, manifest: Manifest, run: list[tuple[int, b
             ctx.layout.segment_key(manifest.sid, run[0][0], run[-1][0]), data, tags=ctx.tags_for(manifest.retention)
         )
     return True
+
+
+def resume(
+    ctx: StoreContext,
+    session_id: str,
+    *,
+    create_missing: bool = False,
+    retention: Retention = "permanent",
+    repair: Repair = "error",
+) -> tuple[Session, list[Message]]:
+    """A writer at the session's head and its context view, from one pass over what it read.
+
+    What a serverless agent does on every invocation, in at most 3 dependent round trips
+    before its first append (a fork adds one per ancestor): the manifest GET with the LIST of
+    the non-event objects; the segment GETs (with the loose event each must match) with the
+    LIST of the loose tail; the tail's GETs. The writer's head is the last event read (no
+    head GET), and it holds the bytes it read for automatic compaction.
+    """
+    if repair not in ("error", "drop", "none"):
+        raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")
+    validate_session_id(session_id)
+    try:
+        loaded = _read.load(ctx, session_id)
+    except SessionNotFoundError:
+        if not create_missing:
+            raise
+        try:
+            return create(ctx, session_id, retention=retention), []
+        except SessionExistsError:
+            loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
+    head, head_hash, seal_kid = head_state(ctx, loaded, 0)
+    folder = ContextFolder()
+    own: list[tuple[int, bytes]] = []
+    for manifest, raw in _read.lineage(ctx, loaded, 1, None):
+        folder.add(raw.seq, _read.open_body(ctx, manifest, raw))
+        if raw.session_id == session_id:
+            head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
+            own.append((raw.seq, raw.data))
+    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid)
+    for seq, data in own[-COMPACTION_MEMORY_EVENTS:]:
+        session._remember(seq, data)
+    return session, folder.messages(repair)

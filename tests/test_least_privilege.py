@@ -170,19 +170,20 @@ def test_writer_policy_only_allows_create_if_none_match() -> None:
     assert all(s["Condition"] == {"StringEquals": {"s3:if-none-match": "*"}} for s in puts)
 
 
-def test_writer_may_create_only_events_manifests_and_fork_markers() -> None:
-    """The writer never needs a segment, rekey record, salt object or tombstone: its PutObject
-    names the three kinds it writes, and an explicit Deny backs that up, because IAM's ``*``
-    also matches '/' (``sessions/*/0*`` would match ``sessions/s/rekeys/0...``)."""
+def test_writer_may_create_only_events_manifests_fork_markers_and_segments() -> None:
+    """The writer never needs a rekey record, salt object or tombstone: its PutObject names the
+    four kinds it writes (segments: writers compact as they append, and readers trust a segment
+    only when it matches the events it stands for), and an explicit Deny backs that up, because
+    IAM's ``*`` also matches '/' (``sessions/*/0*`` would match ``sessions/s/rekeys/0...``)."""
     policy = render.render("writer", bucket="my-bucket", prefix=ROOT)
     (put,) = statements_allowing(policy, "s3:PutObject")
     sessions = f"arn:aws:s3:::my-bucket/{ROOT}/sessions/"
-    assert sorted(resources_of(put)) == sorted([sessions + "*/0*", sessions + "*/manifest", sessions + "*/forks/*"])
+    assert sorted(resources_of(put)) == sorted(
+        [sessions + "*/0*", sessions + "*/manifest", sessions + "*/forks/*", sessions + "*/segments/*"]
+    )
     (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObject"]
     assert "Condition" not in deny
-    assert sorted(resources_of(deny)) == sorted(
-        [sessions + "*/tombstone", sessions + "*/segments/*", sessions + "*/rekeys/*", sessions + "*/salt"]
-    )
+    assert sorted(resources_of(deny)) == sorted([sessions + "*/tombstone", sessions + "*/rekeys/*", sessions + "*/salt"])
 
 
 def test_writer_may_tag_only_at_put_and_never_retag_a_tagged_object() -> None:
@@ -359,7 +360,6 @@ def test_writer_cannot_abort_uploads(roles: Roles) -> None:
 @pytest.mark.parametrize(
     "name",
     [
-        "segments/00000000000000000001-00000000000000000002",
         f"rekeys/{'0' * 20}",
         "salt",
         "tombstone",
@@ -377,15 +377,16 @@ def test_writer_cannot_create_objects_it_does_not_need(roles: Roles, name: str) 
     assert [o.key.rsplit("/", 1)[-1] for o in backend.list(f"{ROOT}/sessions/chat/")] == [f"{1:020d}", "manifest"]
 
 
-def test_writer_cannot_compact(roles: Roles) -> None:
-    """Segments are the operator's: a writer's ``compact`` is refused by IAM (so is auto-compaction)."""
+def test_writer_compacts_as_it_appends_and_can_compact(roles: Roles) -> None:
+    """Writers pack segments by default; a segment can neither overwrite (If-None-Match) nor
+    change what readers return (they check it against the loose event at its end)."""
     store = roles.store("writer")
     session = store.open("chat", create=True)
-    for i in range(4):
+    for i in range(40):
         session.append(user(f"m{i}"))
-    with pytest.raises(StoreUnavailableError, match="access denied"):
-        store.compact("chat", segment_size=2)
-    assert [m["content"] for m in store.context("chat")] == ["m0", "m1", "m2", "m3"]
+    assert store.info("chat").segments == 1  # 1-32, written as the 32nd append landed
+    assert store.compact("chat", segment_size=4) == [(33, 36), (37, 40)]
+    assert [m["content"] for m in store.context("chat")] == [f"m{i}" for i in range(40)]
 
 
 def test_operator_can_compact(audited: Roles) -> None:

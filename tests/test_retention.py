@@ -258,7 +258,7 @@ def test_preview_lists_what_the_rules_will_expire_by_a_date(timed: Store) -> Non
 
 def test_gc_streams_with_requests_about_list_pages_plus_batch_deletes() -> None:
     counting = CountingStore(MemoryStore())
-    store = Store(counting, root="root")
+    store = Store(counting, root="root", auto_compact=None)  # 40 objects per session: events and a manifest
     for i in range(30):
         filled(store, f"s{i:02d}", n=40)
     for i in range(0, 30, 2):

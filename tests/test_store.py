@@ -69,7 +69,8 @@ def test_unknown_message_fields_survive_a_round_trip(memory_store: Store) -> Non
 
 
 def test_steady_state_append_is_exactly_one_put(counting_store: tuple[Store, CountingStore]) -> None:
-    store, counting = counting_store
+    _, counting = counting_store
+    store = Store(counting, root="root", auto_compact=None)  # the uncompacted log: no segment PUTs, no floor
     writer = store.open("s", create=True)
     writer.append(msg("first"))
     counting.reset()
@@ -98,7 +99,8 @@ def test_opening_an_existing_session_costs_four_requests(counting_store: tuple[S
 
 
 def test_opening_a_long_session_probes_logarithmically(counting_store: tuple[Store, CountingStore]) -> None:
-    store, counting = counting_store
+    _, counting = counting_store
+    store = Store(counting, root="root", auto_compact=None)  # the uncompacted log: no segment PUTs, no floor
     writer = store.open("s", create=True)
     for i in range(5000):
         writer.append(msg(f"m{i}"))
@@ -368,7 +370,8 @@ def test_many_appends_keep_order(memory_store: Store) -> None:
 def test_compaction_segments_cut_replay_requests_and_keep_every_loose_event(
     counting_store: tuple[Store, CountingStore],
 ) -> None:
-    store, counting = counting_store
+    _, counting = counting_store
+    store = Store(counting, root="root", auto_compact=None)  # segments from ``compact`` only
     writer = store.open("s", create=True)
     for i in range(250):
         writer.append(msg(f"m{i}"))

@@ -1,0 +1,207 @@
+"""Resume in a handful of round trips at any length: compaction by default, pipelined reads,
+and ``Store.resume`` — a writer plus its context from one pass over what it read."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from evstore import AsyncStore, MemoryStore, ObjectStore, Store
+from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+
+from .helpers import CountingStore, msg
+
+
+class DelayedStore(ObjectStore):
+    """Forwards to another backend after a fixed delay per request, and records when each
+    request started and ended, so the longest chain of requests that waited on each other
+    can be told apart from requests sent together."""
+
+    def __init__(self, inner: ObjectStore, delay: float) -> None:
+        self.inner = inner
+        self.location = inner.location
+        self.delay = delay
+        self.spans: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        time.sleep(self.delay)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.spans.append((start, time.monotonic()))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.spans.clear()
+
+    def chain(self) -> int:
+        """The longest chain of requests each of which started after the one before had ended."""
+        depth: list[tuple[float, int]] = []  # (end, depth) of each request, by start
+        longest = 0
+        for start, end in sorted(self.spans):
+            mine = 1 + max((d for e, d in depth if e <= start), default=0)
+            depth.append((end, mine))
+            longest = max(longest, mine)
+        return longest
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        return str(self._call(self.inner.create, key, data, metadata=metadata, tags=tags))
+
+    def replace(self, key: str, data: bytes, *, etag: str, **kwargs: Any) -> str:
+        return str(self._call(self.inner.replace, key, data, etag=etag, **kwargs))
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        result: StoredObject = self._call(self.inner.get, key, max_bytes=max_bytes)
+        return result
+
+    def head(self, key: str) -> ObjectInfo:
+        result: ObjectInfo = self._call(self.inner.head, key)
+        return result
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        result: ListPage = self._call(
+            self.inner.list_page, prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter
+        )
+        return result
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        return int(self._call(self.inner.delete_many, list(keys)))
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        return self.inner.get_tags(key)
+
+    def get_lifecycle(self) -> list[LifecycleRule]:
+        return self.inner.get_lifecycle()
+
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
+        self.inner.put_lifecycle(rules)
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        return self.inner.list_incomplete_uploads(prefix)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self.inner.abort_upload(key, upload_id)
+
+
+def written(store: Store, sid: str, n: int) -> None:
+    writer = store.open(sid, create=True)
+    for i in range(n):
+        writer.append(msg(f"m{i}"))
+
+
+def test_the_chain_measure_tells_parallel_requests_from_dependent_ones() -> None:
+    delayed = DelayedStore(MemoryStore(), 0.05)
+    delayed.inner.create("a", b"1")
+    threads = [threading.Thread(target=delayed.get, args=("a",)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert delayed.chain() == 1
+    delayed.get("a")
+    assert delayed.chain() == 2
+
+
+@pytest.mark.parametrize("length", [10, 1000, 5000])
+def test_resume_then_append_waits_on_at_most_four_round_trips_at_any_length(length: int) -> None:
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", length)  # by default the writer compacted as it went
+    delayed = DelayedStore(inner, 0.04)
+    store = Store(delayed, root="root")
+    writer, context = store.resume("s")
+    writer.append(msg("next"))
+    assert delayed.chain() <= 4
+    assert writer.head == length + 1 and len(context) == length
+
+
+@pytest.mark.parametrize("length", [0, 7, 100, 2000])
+def test_resume_equals_open_plus_context(length: int) -> None:
+    store = Store(MemoryStore(), root="root")
+    written(store, "s", length)
+    writer, context = store.resume("s")
+    opened = store.open("s")
+    assert (writer.head, writer.head_hash) == (opened.head, opened.head_hash)
+    assert context == store.context("s")
+    writer.append(msg("after resume"))
+    assert store.context("s")[-1]["content"] == "after resume"
+
+
+def test_resume_makes_no_duplicate_manifest_get_or_listing() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    written(store, "s", 300)
+    counting.reset()
+    store.resume("s")
+    gets = [key for kind, key in counting.keys if kind == "GET"]
+    assert len(gets) == len(set(gets))  # nothing read twice, the manifest once
+    assert counting.counts["LIST"] == 2 and counting.counts["HEAD"] == 0  # the non-event objects, the loose tail
+
+
+def test_resume_of_a_fork_continues_after_the_inherited_events() -> None:
+    store = Store(MemoryStore(), root="root")
+    written(store, "p", 40)
+    store.fork("p", "f", at=35).append(msg("own"))
+    writer, context = store.resume("f")
+    assert writer.head == 36 and [m["content"] for m in context][-2:] == ["m34", "own"]
+    assert writer.append(msg("more")) == 37
+
+
+def test_resume_with_create_starts_a_missing_session() -> None:
+    store = Store(MemoryStore(), root="root")
+    writer, context = store.resume("new", create=True)
+    assert writer.head == 0 and context == []
+
+
+def test_amortized_requests_per_append_stay_at_most_1_05_by_default() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.open("s", create=True)
+    counting.reset()
+    appends = 4096
+    for i in range(appends):
+        writer.append(msg(f"m{i}"))
+    assert counting.counts["PUT"] / appends <= 1.05
+    assert counting.total == counting.counts["PUT"]  # appending reads nothing
+    assert store.info("s").segments > 0
+
+
+def test_the_loose_tail_stays_short_by_default_so_replay_needs_few_requests() -> None:
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    written(store, "s", 5000)
+    counting.reset()
+    assert len(list(store.replay("s"))) == 5000
+    assert counting.total < 60  # segments of 32, 128, 512, 2048 events and a short loose tail
+
+
+def test_a_writer_that_resumed_keeps_compacting_what_it_read() -> None:
+    store = Store(MemoryStore(), root="root")
+    written(store, "s", 100)
+    writer, _ = store.resume("s")
+    for i in range(28):  # to seq 128: a level-1 segment of 128 events needs the 100 it read
+        writer.append(msg(f"n{i}"))
+    assert store.backend.head("root/sessions/s/segments/00000000000000000001-00000000000000000128").size > 0
+
+
+def test_compaction_can_be_turned_off() -> None:
+    store = Store(MemoryStore(), root="root", auto_compact=None)
+    written(store, "s", 100)
+    assert store.info("s").segments == 0
+
+
+@pytest.mark.asyncio
+async def test_the_async_api_resumes_too() -> None:
+    store = Store(MemoryStore(), root="root")
+    written(store, "s", 5)
+    async with AsyncStore(store) as astore:
+        writer, context = await astore.resume("s")
+        assert len(context) == 5 and await writer.append(msg("x")) == 6
