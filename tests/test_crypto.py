@@ -94,6 +94,15 @@ def test_the_wrong_key_is_an_integrity_error_naming_the_seq() -> None:
     assert caught.value.seq == 1
 
 
+def test_a_writer_with_the_wrong_key_under_the_right_id_is_refused_before_it_seals_anything() -> None:
+    store = encrypted_store()
+    store.open("s", create=True).append(msg("x"))
+    wrong = Store(store.backend, root="root", keyring=keyring("k1"))
+    with pytest.raises(IntegrityError):
+        wrong.open("s").append(msg("sealed under the wrong key"))
+    assert [m["content"] for m in store.context("s")] == ["x"]
+
+
 def test_plaintext_sessions_stay_readable_with_a_key_configured() -> None:
     backend = MemoryStore()
     Store(backend, root="root").open("plain", create=True).append(msg("open text"))
