@@ -208,6 +208,11 @@ def _is_count(value: object) -> bool:
 )
 @click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
 @click.option("--expect-head", type=click.IntRange(min=0), help="Fail with exit 4 unless the session's head is this seq.")
+@click.option(
+    "--idempotency-key",
+    metavar="KEY",
+    help="Append once per KEY: run again with the same KEY (from any process) and it prints the seq it got then.",
+)
 @pass_context
 def append(
     state: Context,
@@ -218,10 +223,12 @@ def append(
     as_jsonl: bool,
     ephemeral: bool,
     expect_head: int | None,
+    idempotency_key: str | None,
 ) -> None:
     """Append a message to SESSION (created if missing); print the seq it got.
 
-    The message is TEXT, or standard input when TEXT is absent.
+    The message is TEXT, or standard input when TEXT is absent. With --idempotency-key and
+    --jsonl, line N (from 0) is keyed KEY:N.
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
@@ -250,7 +257,7 @@ def append(
             f"session {session!r} exists and is {writer.manifest.retention}: retention is fixed when a session is"
             f" created; drop --ephemeral, or fork it into an ephemeral copy (evstore fork {session} NEW --ephemeral)"
         )
-    if expect_head is not None and writer.head != expect_head:
+    if expect_head is not None and writer.head != expect_head and idempotency_key is None:
         raise CommandError(
             f"session {session!r} is at head {writer.head}, not {expect_head} (--expect-head): nothing was appended", 4
         )
@@ -264,7 +271,8 @@ def append(
             mapped = max((seq for seq in new_seq if seq <= entry.to_seq), default=None)
             seq = writer.rewind(base if mapped is None else new_seq[mapped], keep=entry.keep, expected_head=expected)
         else:
-            seq = writer.append(entry.messages, expected_head=expected)
+            key = None if idempotency_key is None else idempotency_key if not as_jsonl else f"{idempotency_key}:{i}"
+            seq = writer.append(entry.messages, expected_head=expected, idempotency_key=key)
         if entry.seq is not None:
             new_seq[entry.seq] = seq
         click.echo(seq)

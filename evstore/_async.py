@@ -270,11 +270,13 @@ class AsyncSession:
         self.last_outcome = Outcome(value, None)
         return value
 
-    async def append(self, message: Message | Iterable[Message], *, expected_head: int | None = None) -> int:
-        """Append one message, or a list as one atomic event; return its seq. Cancel-safe:
-        a cancelled append waits for the PUT's outcome, records it in ``last_outcome``,
-        then raises ``CancelledError``."""
-        return await self._write(self.session.append, message, expected_head=expected_head)
+    async def append(
+        self, message: Message | Iterable[Message], *, expected_head: int | None = None, idempotency_key: str | None = None
+    ) -> int:
+        """Append one message, or a list as one atomic event; return its seq (see ``Session.append``
+        for ``idempotency_key``). Cancel-safe: a cancelled append waits for the PUT's outcome,
+        records it in ``last_outcome``, then raises ``CancelledError``."""
+        return await self._write(self.session.append, message, expected_head=expected_head, idempotency_key=idempotency_key)
 
     async def rewind(self, to_seq: int, *, keep: int | None = None, expected_head: int | None = None) -> int:
         return await self._write(self.session.rewind, to_seq, keep=keep, expected_head=expected_head)

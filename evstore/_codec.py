@@ -67,6 +67,8 @@ class Envelope(msgspec.Struct, omit_defaults=True, frozen=True):
     kid: str | None = None
     body: Body | None = None
     sealed: str | None = None
+    #: The caller's idempotency key: an append retried with it, from any process, lands once.
+    idem: str | None = None
 
 
 class ForkRef(msgspec.Struct, omit_defaults=True, frozen=True):
@@ -217,7 +219,8 @@ def decode_body(data: bytes, session_id: str, seq: int) -> Body:
 def header_aad(envelope: Envelope) -> bytes:
     """Associated data binding a sealed body to its header and so to its place in the log."""
     e = envelope
-    return _json_encoder.encode([e.v, e.sid, e.uid, e.seq, e.ts, e.wid, e.prev, e.kid])
+    header = [e.v, e.sid, e.uid, e.seq, e.ts, e.wid, e.prev, e.kid]
+    return _json_encoder.encode(header if e.idem is None else [*header, e.idem])
 
 
 def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:

@@ -59,10 +59,17 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 
+#: An idempotency key is recognised among this many of the session's newest events (or any the writer read).
+IDEMPOTENCY_WINDOW = 64
 #: Each level of automatic compaction packs this many segments of the level below.
 COMPACTION_FANOUT = 4
 #: A writer holds the bytes of at most this many of its session's newest events for compaction.
 COMPACTION_MEMORY_EVENTS = 8192
+
+
+def _check_idempotency_key(key: object) -> None:
+    if not isinstance(key, str) or not 1 <= len(key) <= 256 or not key.isprintable():
+        raise InvalidInputError("an idempotency key must be 1 to 256 printable characters")
 
 
 def _as_messages(message: Message | Iterable[Message]) -> list[Message]:
@@ -82,7 +89,15 @@ class Session:
     each other.
     """
 
-    def __init__(self, ctx: StoreContext, manifest: Manifest, head: int, head_hash: str, seal_kid: str | None) -> None:
+    def __init__(
+        self,
+        ctx: StoreContext,
+        manifest: Manifest,
+        head: int,
+        head_hash: str,
+        seal_kid: str | None,
+        head_key: str | None = None,
+    ) -> None:
         self._ctx = ctx
         self.manifest = manifest
         self._head = head
@@ -92,6 +107,10 @@ class Session:
         #: into segments as seqs reach level boundaries (see ``_compact_levels``).
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
+        #: Idempotency key -> seq, for the events this writer read or wrote (at least its head's).
+        self._keys: dict[str, int] = {}
+        self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
+        self._know(head, head_key)
 
     @property
     def id(self) -> str:
@@ -109,13 +128,49 @@ class Session:
     def __repr__(self) -> str:
         return f"Session({self.id!r}, head={self._head})"
 
-    def append(self, message: Message | Iterable[Message], *, expected_head: int | None = None) -> int:
+    def append(
+        self, message: Message | Iterable[Message], *, expected_head: int | None = None, idempotency_key: str | None = None
+    ) -> int:
         """Append one message, or a list of messages as one atomic event; return its seq.
 
         ``expected_head``: fail with ``WriteConflictError`` unless the session's
         head is that seq (optimistic concurrency, as EventStoreDB's expected version).
+
+        ``idempotency_key``: if an event with this key is among the session's last
+        ``IDEMPOTENCY_WINDOW`` (64) events before this writer's head, or among the events
+        this writer read or wrote, return its seq and write nothing — from any process, so a
+        retried invocation appends once. Free when the key is known (the head's, or read by
+        ``resume``); otherwise the first such check reads the window once (1 LIST + its GETs).
+        A racing writer that lands the same key first is found by the 412 that follows.
+        With ``expected_head`` too, a retry of an append whose answer was lost learns
+        whether it landed: its seq if it did, a conflict if something else did.
         """
-        return self._append_body(MessagesBody(_as_messages(message)), expected_head)
+        messages = _as_messages(message)
+        if idempotency_key is not None:
+            _check_idempotency_key(idempotency_key)
+            landed = self._landed(idempotency_key)
+            if landed is not None:
+                return landed
+        return self._append_body(MessagesBody(messages), expected_head, idempotency_key)
+
+    def _landed(self, key: str) -> int | None:
+        """The seq of the event holding ``key``, if the window (or what this writer knows) has one."""
+        if key not in self._keys and not self._window_read:
+            self._window_read = True
+            first = max(self._head - IDEMPOTENCY_WINDOW + 1, self._first_own())
+            if first <= self._head:
+                bare = Loaded(self.manifest, "", Meta())
+                for raw in _read.own_raw(self._ctx, bare, first, self._head):
+                    self._know(raw.seq, raw.envelope.idem)
+        return self._keys.get(key)
+
+    def _first_own(self) -> int:
+        parent = self.manifest.parent
+        return parent.seq + 1 if parent is not None and not parent.copied else 1
+
+    def _know(self, seq: int, key: str | None) -> None:
+        if key is not None:
+            self._keys.setdefault(key, seq)
 
     def rewind(self, to_seq: int, *, keep: int | None = None, expected_head: int | None = None) -> int:
         """Withdraw every message after ``to_seq`` (after its first ``keep`` messages) from the
@@ -170,7 +225,9 @@ class Session:
         known = self._head if self._head >= loaded.first_own else 0
         head = _read.find_head(ctx, loaded, known)
         if head > self._head:
-            self._head, self._head_hash, self._seal_kid = head_state(ctx, loaded, head)
+            self._head, self._head_hash, self._seal_kid, head_key = head_state(ctx, loaded, head)
+            self._know(head, head_key)
+            self._window_read = False  # other writers' events came: the window moved
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
         kid = self._seal_kid
@@ -180,7 +237,7 @@ class Session:
             return None, None
         return kid, _read.session_key(self._ctx, self.manifest, kid)
 
-    def _append_body(self, body: Body, expected_head: int | None) -> int:
+    def _append_body(self, body: Body, expected_head: int | None, idempotency_key: str | None = None) -> int:
         ctx = self._ctx
         if expected_head is not None and expected_head != self._head:
             raise WriteConflictError(self.id, expected_head + 1, f"expected head {expected_head} but it is {self._head}")
@@ -193,6 +250,7 @@ class Session:
         envelope = Envelope(
             FORMAT_VERSION, self.id, self.manifest.uid, seq, format_ts(ctx.clock()), write_id, self._head_hash, kid
         )
+        envelope = msgspec.structs.replace(envelope, idem=idempotency_key)
         if key is None:
             envelope = msgspec.structs.replace(envelope, body=body)
         else:
@@ -206,8 +264,9 @@ class Session:
                 tags=ctx.tags_for(self.manifest.retention),
             )
         except ObjectExists:
-            data = self._resolve_taken(seq, write_id)
+            data = self._resolve_taken(seq, write_id, idempotency_key)
         self._head, self._head_hash = seq, sha256_hex(data)
+        self._know(seq, idempotency_key)
         if ctx.auto_compact is not None:
             if self._recent and seq - 1 not in self._recent:
                 self._recent.clear()  # another writer's events came between: this writer holds no run
@@ -242,20 +301,24 @@ class Session:
                 _write_segment(self._ctx, self.manifest, run)
             level *= COMPACTION_FANOUT
 
-    def _resolve_taken(self, seq: int, write_id: str) -> bytes:
-        """A 412 at ``seq``: our own earlier attempt (lost response) is success, else a conflict."""
+    def _resolve_taken(self, seq: int, write_id: str, idempotency_key: str | None) -> bytes:
+        """A 412 at ``seq``: our own earlier attempt (lost response) is success; so is the same
+        idempotency key, landed by another process; anything else is a conflict."""
         ctx = self._ctx
         try:
-            stored = ctx.backend.get(ctx.layout.event_key(self.id, seq))
+            stored = ctx.backend.get(ctx.layout.event_key(self.id, seq), max_bytes=ctx.max_event_object_bytes)
         except ObjectMissing:
             raise WriteConflictError(self.id, seq, "the event there was removed meanwhile") from None
         if stored.metadata.get(WRITE_ID_METADATA) == write_id:
             return stored.data
+        if idempotency_key is not None and _read.decode_raw(self.manifest, seq, stored.data).envelope.idem == idempotency_key:
+            return stored.data  # the same append, landed by another process: its seq is the answer
         raise WriteConflictError(self.id, seq)
 
 
-def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
-    """(head, hash of the head event, key id to seal with): what the next append continues.
+def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None, str | None]:
+    """(head, hash of the head event, key id to seal with, the head's idempotency key): what the
+    next append continues.
 
     A session keeps sealing under the key id of its newest event (its
     manifest's at first), so rotating the active key never mixes keys
@@ -265,15 +328,15 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     parent = manifest.parent
     if head < loaded.first_own:
         if parent is not None and not parent.copied:
-            return parent.seq, parent.hash, manifest.kid
-        return 0, loaded.genesis, manifest.kid
+            return parent.seq, parent.hash, manifest.kid, None
+        return 0, loaded.genesis, manifest.kid, None
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
     raw = _read.decode_raw(manifest, head, data)
     if raw.envelope.kid is not None and ctx.keyring.get(raw.envelope.kid) is not None:
         _read.open_body(ctx, manifest, raw)  # a wrong key under the right id must not seal what follows
-    return head, raw.hash, raw.envelope.kid
+    return head, raw.hash, raw.envelope.kid, raw.envelope.idem
 
 
 def create(ctx: StoreContext, session_id: str, *, retention: Retention = "permanent") -> Session:
@@ -399,15 +462,18 @@ def resume(
             return create(ctx, session_id, retention=retention), []
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
-    head, head_hash, seal_kid = head_state(ctx, loaded, 0)
+    head, head_hash, seal_kid, _ = head_state(ctx, loaded, 0)
     folder = ContextFolder()
-    own: list[tuple[int, bytes]] = []
+    own: list[_read.RawEvent] = []
     for manifest, raw in _read.lineage(ctx, loaded, 1, None):
         folder.add(raw.seq, _read.open_body(ctx, manifest, raw))
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
-            own.append((raw.seq, raw.data))
+            own.append(raw)
     session = Session(ctx, loaded.manifest, head, head_hash, seal_kid)
-    for seq, data in own[-COMPACTION_MEMORY_EVENTS:]:
-        session._remember(seq, data)
+    session._window_read = True  # it read every own event: their idempotency keys are known
+    for raw in own:
+        session._know(raw.seq, raw.envelope.idem)
+    for raw in own[-COMPACTION_MEMORY_EVENTS:]:
+        session._remember(raw.seq, raw.data)
     return session, folder.messages(repair)

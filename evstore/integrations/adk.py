@@ -651,8 +651,8 @@ class EvstoreSessionService(BaseSessionService):
             else:
                 record["state_at"] = state_seq
             message: Message = {"role": role, "content": _event_text(event), "meta": {META_KEY: record}}
-            try:
-                seq = writer.append(message, expected_head=head)
+            try:  # the event id keys the append: a retry that finds it landed gets its seq, writes nothing
+                seq = writer.append(message, expected_head=head, idempotency_key=f"adk-event:{event.id}" if event.id else None)
             except WriteConflictError:
                 raise StaleSessionError(evstore_id, head + 1) from None
             if new_state is not None:

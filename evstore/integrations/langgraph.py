@@ -811,8 +811,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             run_id = full_metadata.get("run_id")
             if isinstance(run_id, str):
                 record["run"] = run_id
-            try:
-                writer.append(_message(record), expected_head=seq - 1)
+            try:  # keyed by the checkpoint id: a put retried after a lost answer lands once
+                writer.append(_message(record), expected_head=seq - 1, idempotency_key=f"lg-checkpoint:{checkpoint['id']}")
             except BaseException:
                 state.pre[checkpoint["id"]] = pre
                 raise

@@ -47,6 +47,8 @@ time, so earlier events are never affected by such mutations.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -188,9 +190,9 @@ class EvstoreSessionRepository(SessionRepository):
             raise SessionException(f"session {session_id!r} does not exist")
         return log
 
-    def _append(self, log: _Log, messages: list[Message]) -> None:
+    def _append(self, log: _Log, messages: list[Message], idempotency_key: str | None = None) -> None:
         """One conditional event at the head this repository knows, folded in locally."""
-        seq = log.writer.append(messages, expected_head=log.writer.head)
+        seq = log.writer.append(messages, expected_head=log.writer.head, idempotency_key=idempotency_key)
         log.folder.add(seq, MessagesBody(messages))
 
     def _latest(self, log: _Log, kind: str, record_id: str | None) -> tuple[Position, dict[str, Any]] | None:
@@ -274,7 +276,12 @@ class EvstoreSessionRepository(SessionRepository):
         """Append the message (one event, one PUT); its id must be the agent's message count."""
         with self._lock:
             log = self._existing(session_id)
-            count = len(self._messages(log, agent_id))
+            messages = self._messages(log, agent_id)
+            count = len(messages)
+            message = _message(agent_id, session_message)
+            landed = messages[session_message.message_id][1] if session_message.message_id < count else None
+            if landed is not None and _strands_meta(landed) == _strands_meta(message):
+                return  # a retry of a create that landed: the same message under the same id
             if session_message.message_id != count:
                 raise WriteConflictError(
                     log.writer.id,
@@ -282,7 +289,8 @@ class EvstoreSessionRepository(SessionRepository):
                     f"agent {agent_id!r} has {count} messages, so the next message id is {count},"
                     f" not {session_message.message_id} (stale agent?)",
                 )
-            self._append(log, [_message(agent_id, session_message)])
+            digest = hashlib.sha256(json.dumps(message, sort_keys=True, default=str).encode()).hexdigest()[:32]
+            self._append(log, [message], idempotency_key=f"strands:{agent_id}:{session_message.message_id}:{digest}")
 
     def read_message(self, session_id: str, agent_id: str, message_id: int, **kwargs: Any) -> SessionMessage | None:
         with self._lock:
