@@ -191,7 +191,7 @@ def test_lifecycle_preview_lists_the_objects_of_ephemeral_sessions_only(run: Run
     ok(run("append", "perm", "keep me"))
     ok(run("lifecycle", "apply", "--ephemeral-days", "1"))
     at = (datetime.now(UTC) + timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    items = jsonl(ok(run("lifecycle", "preview", "--at", at, "--json")))
+    items = json.loads(ok(run("lifecycle", "preview", "--at", at, "--json")))  # one JSON array
     assert {item["session"] for item in items} == {"eph"}
     assert {item["key"] for item in items} >= {"root/sessions/eph/manifest", "root/sessions/eph/00000000000000000001"}
 
