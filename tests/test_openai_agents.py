@@ -87,6 +87,20 @@ def test_add_items_is_one_event_of_one_put_per_batch() -> None:
     assert [len(event.messages) for event in store.replay("s")] == [2, 2]
 
 
+def test_a_turn_in_a_new_process_reads_the_session_once() -> None:
+    """get_items then add_items, as a Runner turn does: one resume (one manifest GET, two LISTs),
+    then the append's PUT — no second read of the session to open the writer."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    run(EvstoreSession("s", store).add_items([{"role": "user", "content": f"m{i}"} for i in range(3)]))
+    counting.reset()
+    fresh = EvstoreSession("s", Store(counting, root="root"))
+    assert len(run(fresh.get_items())) == 3
+    run(fresh.add_items([{"role": "user", "content": "next"}]))
+    assert [k for kind, k in counting.keys if kind == "GET" and k.endswith("manifest")] == ["root/sessions/s/manifest"]
+    assert counting.counts["LIST"] == 1 + 1 and counting.counts["PUT"] == 1  # non-event objects, the events
+
+
 def test_get_items_limit_returns_the_latest_in_order(store: Store) -> None:
     session = EvstoreSession("s", store)
     run(session.add_items(ITEMS))

@@ -214,8 +214,12 @@ class EvstoreSession:
         return self._writer
 
     def _items(self) -> list[dict[str, Any]]:
-        self._open()
-        messages = self.store.context(self.session_id, repair="none")
+        if self._writer is None:  # the first call of a turn: writer and history from one pass (Store.resume)
+            self._writer, messages = self.store.resume(
+                self.session_id, create=self.create, retention=self.retention, repair="none"
+            )
+        else:
+            messages = self.store.context(self.session_id, repair="none")
         return [item for message in messages for item in message_to_items(message)]
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
