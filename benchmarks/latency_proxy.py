@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
-__all__ = ["LatencyProxy", "ProxyStats"]
+__all__ = ["LatencyProxy", "ProxyStats", "Record"]
 
 # Headers that describe one hop, not the message: never passed on as they came. The proxy frames
 # each body itself (Content-Length, or chunked when upstream gave no length).
@@ -79,7 +79,23 @@ class _Ticket:
     window: int
     depth: int
     kind: str
+    path: str
+    started: float
     finished: bool = False
+
+
+@dataclass(frozen=True)
+class Record:
+    """One request of the window, when the proxy records them: when it arrived and when its answer finished
+    (``time.perf_counter()``), its depth and the bytes it moved."""
+
+    kind: str
+    path: str
+    depth: int
+    started: float
+    finished: float
+    bytes_up: int
+    bytes_down: int
 
 
 def request_kind(method: str, path: str) -> str:
@@ -96,7 +112,7 @@ class LatencyProxy:
     ``delay`` may be changed at any time; it applies to requests that arrive after.
     """
 
-    def __init__(self, upstream: str, *, delay: float = 0.0, timeout: float = 120.0) -> None:
+    def __init__(self, upstream: str, *, delay: float = 0.0, timeout: float = 120.0, record: bool = False) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or parsed.hostname not in _LOOPBACK or parsed.port is None:
             raise ValueError(f"the latency proxy only fronts an http:// server on 127.0.0.1 with a port, not {upstream!r}")
@@ -114,6 +130,9 @@ class LatencyProxy:
         self._bytes_up = 0
         self._bytes_down = 0
         self._errors = 0
+        #: keep a Record of every request of the window (for finding where a client's time goes)
+        self.record = record
+        self._records: list[Record] = []
         self._connections: set[socket.socket] = set()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
@@ -167,6 +186,12 @@ class LatencyProxy:
             self._bytes_up = 0
             self._bytes_down = 0
             self._errors = 0
+            self._records = []
+
+    def records(self) -> list[Record]:
+        """This window's finished requests, in the order they finished (empty unless ``record`` is set)."""
+        with self._lock:
+            return list(self._records)
 
     def snapshot(self) -> ProxyStats:
         with self._lock:
@@ -199,7 +224,7 @@ class LatencyProxy:
             self._requests += 1
             self._by_kind[kind] += 1
             self._in_flight += 1
-            return _Ticket(self._window, self._done_depth + 1, kind)
+            return _Ticket(self._window, self._done_depth + 1, kind, path, time.perf_counter())
 
     def _finished(self, ticket: _Ticket, up: int, down: int, failed: bool) -> None:
         """The answer is complete but for its last write: called just *before* that write, so that a
@@ -213,6 +238,9 @@ class LatencyProxy:
             self._bytes_up += up
             self._bytes_down += down
             self._errors += failed
+            if self.record:
+                record = Record(ticket.kind, ticket.path, ticket.depth, ticket.started, time.perf_counter(), up, down)
+                self._records.append(record)
 
     def _end(self, ticket: _Ticket) -> None:
         with self._lock:

@@ -95,8 +95,8 @@ def upstream() -> Iterator[_Upstream]:
     server.server_close()
 
 
-def proxy_for(upstream: _Upstream, delay: float = 0.0) -> LatencyProxy:
-    return LatencyProxy(f"http://127.0.0.1:{upstream.server_address[1]}", delay=delay).start()
+def proxy_for(upstream: _Upstream, delay: float = 0.0, record: bool = False) -> LatencyProxy:
+    return LatencyProxy(f"http://127.0.0.1:{upstream.server_address[1]}", delay=delay, record=record).start()
 
 
 def get(conn: http.client.HTTPConnection, path: str, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
@@ -152,7 +152,7 @@ def test_two_sequential_requests_have_depth_2(upstream: _Upstream) -> None:
 
 def test_the_depth_is_the_longest_chain(upstream: _Upstream) -> None:
     """a, then b and c together (both depend on a only), then d: the longest chain is a-b-d."""
-    with proxy_for(upstream) as proxy:
+    with proxy_for(upstream, record=True) as proxy:
         proxy.reset()
         conn = connect(proxy)
         get(conn, "/b/a")
@@ -160,7 +160,13 @@ def test_the_depth_is_the_longest_chain(upstream: _Upstream) -> None:
         assert proxy.snapshot().depth == 2
         get(conn, "/b/d")
         stats = proxy.snapshot()
+        records = proxy.records()
     assert (stats.requests, stats.depth) == (4, 3)
+    assert [(r.path, r.depth) for r in records] == [("/b/a", 1), ("/b/barrier", 2), ("/b/barrier", 2), ("/b/d", 3)]
+    a, b, c, d = records
+    assert a.finished <= b.started and a.finished <= c.started  # after a
+    assert b.started < c.finished and c.started < b.finished  # together
+    assert max(b.finished, c.finished) <= d.started
 
 
 def test_reset_opens_a_new_window(upstream: _Upstream) -> None:
