@@ -9,16 +9,17 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import click
 import msgspec
 
-from evstore import Event, InvalidInputError, Store
+from evstore import Event, InvalidInputError, Message, Store
 from evstore._codec import RewindBody
 from evstore._formats import (
     FORMATS,
@@ -51,18 +52,38 @@ def _progress(length: int, label: str) -> AbstractContextManager[Any]:
     return nullcontext(_NoBar())
 
 
-def _read_file(path: str) -> bytes:
+@contextmanager
+def _spooled(path: str) -> Iterator[BinaryIO]:
+    """The input file, or standard input spooled to a temporary file, so it can be read twice;
+    larger than ``MAX_IMPORT_BYTES`` is a usage error."""
     if path == "-":
-        data = sys.stdin.buffer.read(MAX_IMPORT_BYTES + 1)
-    else:
+        with tempfile.TemporaryFile() as spool:
+            copied = 0
+            while chunk := sys.stdin.buffer.read(1 << 20):
+                copied += len(chunk)
+                if copied > MAX_IMPORT_BYTES:
+                    raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
+                spool.write(chunk)
+            spool.seek(0)
+            yield spool
+        return
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    with handle:
+        if os.fstat(handle.fileno()).st_size > MAX_IMPORT_BYTES:
+            raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
+        yield handle
+
+
+def _utf8_lines(handle: BinaryIO, path: str) -> Iterator[str]:
+    handle.seek(0)
+    for line in handle:
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_IMPORT_BYTES + 1)
-        except OSError as exc:
-            raise InvalidInputError(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    if len(data) > MAX_IMPORT_BYTES:
-        raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
-    return data
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise click.UsageError(f"{path}: not valid UTF-8") from None
 
 
 def check_output_path(path: str) -> None:
@@ -111,29 +132,29 @@ def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, 
     most files; each event is atomic). SESSION must not exist yet (exit 4).
     """
     validate_session_id(session)
-    data = _read_file(file)
-    if fmt == "chatcli":
-        messages = parse_chatcli(data)
-    else:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise click.UsageError(f"{file}: not valid UTF-8") from None
-        messages = list(parse_jsonl(text.splitlines()))
-        if not messages:
-            raise click.UsageError(f"{file}: no messages to import")
     store: Store = state.store
-    batches = list(batch_messages(messages, store.max_event_bytes))  # refuse oversized input before any write
-    writer = store.create(session, retention="ephemeral" if ephemeral else "permanent")
-    seqs: list[int] = []
-    with _progress(len(messages), f"importing {session}") as bar:
-        for batch in batches:
-            seqs.append(writer.append(batch))
-            bar.update(len(batch))
+    with _spooled(file) as handle:
+        chatcli = parse_chatcli(handle.read()) if fmt == "chatcli" else None
+
+        def batches() -> Iterator[list[Message]]:
+            """JSONL streams: a first pass checks every line and the event sizes, a second writes,
+            so memory holds one event's messages, not the file (and bad input writes nothing)."""
+            messages = chatcli if chatcli is not None else parse_jsonl(_utf8_lines(handle, file))
+            return batch_messages(messages, store.max_event_bytes)
+
+        total = sum(len(batch) for batch in batches())
+        if not total:
+            raise click.UsageError(f"{file}: no messages to import")
+        writer = store.create(session, retention="ephemeral" if ephemeral else "permanent")
+        seqs: list[int] = []
+        with _progress(total, f"importing {session}") as bar:
+            for batch in batches():
+                seqs.append(writer.append(batch))
+                bar.update(len(batch))
     if as_json:
-        _json_line({"session": session, "messages": len(messages), "events": len(seqs), "first_seq": seqs[0], "head": seqs[-1]})
+        _json_line({"session": session, "messages": total, "events": len(seqs), "first_seq": seqs[0], "head": seqs[-1]})
     else:
-        click.echo(f"imported {len(messages)} messages into {session} ({len(seqs)} events, seq {seqs[0]}-{seqs[-1]})")
+        click.echo(f"imported {total} messages into {session} ({len(seqs)} events, seq {seqs[0]}-{seqs[-1]})")
 
 
 # ---- export -----------------------------------------------------------------
@@ -231,9 +252,7 @@ def follow(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[Event]:
     """``Store.follow``: events after seq ``after`` as other writers append them."""
-    return store.follow(
-        session_id, after=after, after_hash=after_hash, interval=interval, should_stop=should_stop, sleep=sleep
-    )
+    return store.follow(session_id, after=after, after_hash=after_hash, interval=interval, should_stop=should_stop, sleep=sleep)
 
 
 @click.command("tail")

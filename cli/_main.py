@@ -455,6 +455,7 @@ def verify(state: Context, session: str, expect: str | None, as_json: bool, rece
                     "sealed_checked": result.sealed_checked,
                     "sealed_unchecked": result.sealed_unchecked,
                     "expected": str(expected) if expected else None,
+                    "superseded_by_rekey": result.superseded_by_rekey,
                 }
             ).decode()
         )
@@ -464,7 +465,9 @@ def verify(state: Context, session: str, expect: str | None, as_json: bool, rece
         + (f", {result.sealed_checked} tags checked" if result.sealed_checked else "")
         + (f", {result.sealed_unchecked} sealed events not checked (no key)" if result.sealed_unchecked else "")
     )
-    if expected:
+    if expected and result.superseded_by_rekey:
+        click.echo(f"receipt {expected} is superseded by a recorded rekey: the log re-sealed that event and extends it")
+    elif expected:
         click.echo(f"extends receipt {expected}")
     click.echo(f"receipt: {result.receipt}")
 

@@ -63,8 +63,10 @@ if TYPE_CHECKING:
 IDEMPOTENCY_WINDOW = 64
 #: Each level of automatic compaction packs this many segments of the level below.
 COMPACTION_FANOUT = 4
-#: A writer holds the bytes of at most this many of its session's newest events for compaction.
+#: A writer holds the bytes of at most this many of its session's newest events for compaction,
+#: and at most this many bytes of them.
 COMPACTION_MEMORY_EVENTS = 8192
+COMPACTION_MEMORY_BYTES = 16 * 1024 * 1024
 
 
 def _check_idempotency_key(key: object) -> None:
@@ -279,7 +281,7 @@ class Session:
         recent = self._recent
         recent[seq] = data
         self._recent_bytes += len(data)
-        while len(recent) > COMPACTION_MEMORY_EVENTS or self._recent_bytes > MAX_SEGMENT_BYTES:
+        while len(recent) > COMPACTION_MEMORY_EVENTS or self._recent_bytes > COMPACTION_MEMORY_BYTES:
             self._recent_bytes -= len(recent.pop(next(iter(recent))))  # the oldest: seqs go in ascending
 
     def _compact_levels(self, seq: int, size: int) -> None:

@@ -243,7 +243,8 @@ def test_encryption_rotation_rekey_receipts_and_shred_through_the_command(
     receipt = verified["receipt"]
     run("keygen", "--keyring", str(ring), "--key-id", "k2")
     assert "1 events re-sealed" in run("rekey", "s", env=env).output
-    assert "extends receipt" in run("verify", "s", "--expect", receipt, env=env).output
+    assert "superseded by a recorded rekey" in run("verify", "s", "--expect", receipt, env=env).output
+    assert json.loads(run("verify", "s", "--expect", receipt, "--json", env=env).output)["superseded_by_rekey"] is True
     assert run("replay", "s", env=env).output == "[1] user: top secret\n"
     client.delete_object(Bucket=bucket, Key="root/sessions/s/00000000000000000001")
     assert "truncated" in one_line_error(run("verify", "s", "--expect", receipt, env=env), 5)

@@ -220,3 +220,32 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     assert code == 0 and "importing c" in terminal
     code, terminal = _run_with_tty_stderr([*command, "export", "c", "--format", "jsonl"])
     assert code == 0 and "exporting c" in terminal
+
+
+def test_a_jsonl_import_streams_so_memory_stays_near_one_event(tmp_path: Path) -> None:
+    """A 30 MB file (which once peaked at 491 MB): memory holds one event's messages, the bytes a
+    writer keeps for compaction (16 MiB at most) and a segment being packed, not the file."""
+    import tracemalloc
+
+    source = tmp_path / "big.jsonl"
+    line = json.dumps({"role": "user", "content": "x" * 1000}) + "\n"
+    source.write_text(line * 30_000)
+    store_dir = tmp_path / "store"
+    tracemalloc.start()
+    try:
+        result = evstore(store_dir, "import", "big", str(source), "--format", "jsonl")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.exit_code == 0, result.output
+    assert "imported 30000 messages" in result.output
+    assert peak < 48 * 1024 * 1024 < source.stat().st_size * 2
+    assert sum(len(e.messages) for e in Store(LocalStore(store_dir)).replay("big")) == 30_000
+
+
+def test_a_bad_line_late_in_a_jsonl_import_writes_nothing(tmp_path: Path) -> None:
+    source = tmp_path / "bad.jsonl"
+    source.write_text(json.dumps({"role": "user", "content": "ok"}) + "\n" + "{not json}\n")
+    result = evstore(tmp_path / "store", "import", "s", str(source), "--format", "jsonl")
+    assert result.exit_code == 2 and "line 2" in result.output
+    assert list(Store(LocalStore(tmp_path / "store")).list_sessions()) == []
