@@ -95,7 +95,11 @@ def s3_backend(moto_endpoint: str) -> S3Store:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    kind = request.param
+    yield from make_backend(request.param, request, tmp_path)
+
+
+def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    """A fresh backend of ``kind`` (one of ``BACKENDS``), for fixtures that choose their own kinds."""
     if kind == "memory":
         yield MemoryStore()
     elif kind == "local":

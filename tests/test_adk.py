@@ -21,7 +21,6 @@ from evstore import (
     EvstoreError,
     IntegrityError,
     InvalidInputError,
-    LocalStore,
     MemoryStore,
     ObjectStore,
     SessionExistsError,
@@ -30,7 +29,7 @@ from evstore import (
 )
 from evstore import SessionNotFoundError as StoreSessionNotFoundError
 
-from .conftest import BACKENDS, new_bucket
+from .conftest import BACKENDS, make_backend
 from .helpers import CountingStore
 
 pytest.importorskip("google.adk")
@@ -99,19 +98,6 @@ class BarrierStore(CountingStore):
                 self.barrier.wait()
         return super().create(key, data, metadata=metadata, tags=tags)
 
-
-def make_backend(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
-    if kind == "memory":
-        yield MemoryStore()
-    elif kind == "local":
-        yield LocalStore(tmp_path / "store")
-    elif kind == "moto":
-        from moto import mock_aws
-
-        with mock_aws():
-            yield new_bucket(None)
-    else:
-        yield new_bucket(request.getfixturevalue("moto_endpoint"))
 
 
 @pytest.fixture(params=["memory", "local"])
