@@ -310,3 +310,14 @@ def test_the_resume_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     assert resumed["evstore-compacted"]["requests"] < resumed["evstore-uncompacted"]["requests"]
     assert "| 20 | Strands `SnapshotSessionManager` | 2 | 2 |" in done.stdout
     assert "| 1 ms | 20 |" in done.stdout  # the append table
+    # the tables can be printed again from the saved figures, identically
+    again = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "resume.py"), "--report-from", str(figures)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip().startswith("### Resume") and again.stdout.strip() in done.stdout
