@@ -1,6 +1,12 @@
 """Resume and append under S3-like latency: evstore against Strands' session managers, side by side.
 
     python benchmarks/resume.py [--quick] [--delays 15,50] [--sizes 100,1000,10000] [--json FILE]
+                                [--server auto|rgw|moto|external] [--evstore-at REV|worktree]
+    python benchmarks/resume.py --report-from FILE
+
+evstore is measured as of a commit (default HEAD: its ``evstore/`` extracted
+with ``git archive``), so that edits in the working tree cannot reach a run;
+``--evstore-at worktree`` measures the checkout as it is.
 
 Every request goes through ``benchmarks/latency_proxy.py``, which adds a fixed
 delay per request (requests overlap, as on S3), counts them and measures the
