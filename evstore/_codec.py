@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -56,7 +57,7 @@ class RewindBody(msgspec.Struct, tag="rewind", frozen=True):
 Body = MessagesBody | RewindBody
 
 
-class Envelope(msgspec.Struct, omit_defaults=True, frozen=True):
+class Envelope(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     v: int
     sid: str
     uid: str
@@ -69,6 +70,31 @@ class Envelope(msgspec.Struct, omit_defaults=True, frozen=True):
     sealed: str | None = None
     #: The caller's idempotency key: an append retried with it, from any process, lands once.
     idem: str | None = None
+
+
+class EnvelopeHeader(msgspec.Struct, frozen=True, gc=False):
+    """An event object read for its place in a chain: the fields of ``Envelope`` (the same, in
+    the same order: a test holds them equal), the body left undecoded (``msgspec.Raw``, empty
+    when absent), so that none of its objects is built."""
+
+    v: int
+    sid: str
+    uid: str
+    seq: int
+    ts: str
+    wid: str
+    prev: str
+    kid: str | None = None
+    body: msgspec.Raw = msgspec.Raw()
+    sealed: str | None = None
+    idem: str | None = None
+
+    def sealed_envelope(self) -> Envelope:
+        """The ``Envelope`` of a sealed event (it has no body to decode): every field but the body."""
+        assert self.sealed is not None
+        return Envelope(
+            self.v, self.sid, self.uid, self.seq, self.ts, self.wid, self.prev, self.kid, None, self.sealed, self.idem
+        )
 
 
 class ForkRef(msgspec.Struct, omit_defaults=True, frozen=True):
@@ -119,6 +145,7 @@ class RekeyRecord(msgspec.Struct, frozen=True):
 
 _json_encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
+_header_decoder = msgspec.json.Decoder(EnvelopeHeader)
 _body_decoder = msgspec.json.Decoder(Body)
 
 
@@ -140,6 +167,25 @@ def b64encode(data: bytes) -> str:
 
 def b64decode(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def b64decode_canonical(text: str) -> bytes | None:
+    """The bytes whose base64 (``b64encode``) is exactly ``text``, else None.
+
+    Strict decoding refuses anything but the alphabet and exact padding; the one
+    freedom left, nonzero spare bits in a padded last quantum (``QR==`` decodes as
+    ``QQ==`` does), is refused by re-encoding that quantum. Equivalent to
+    ``b64encode(b64decode(text)) == text``, without re-encoding the whole text.
+    """
+    try:
+        data = binascii.a2b_base64(text, strict_mode=True)
+    except ValueError:  # binascii.Error, and a str that is not ASCII
+        return None
+    if text.endswith("="):
+        spare = len(data) % 3
+        if binascii.b2a_base64(data[len(data) - spare :], newline=False) != text[-4:].encode("ascii"):
+            return None
+    return data
 
 
 def max_event_object_bytes(max_event_bytes: int) -> int:
@@ -240,6 +286,26 @@ def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
     return envelope
 
 
+def decode_header(data: bytes | memoryview, session_id: str, seq: int) -> EnvelopeHeader:
+    """``decode_envelope``'s checks, on an event object whose body is left undecoded (a body
+    that does not decode fails when it is decoded: ``decode_envelope``)."""
+    try:
+        header = _header_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+        raise IntegrityError(session_id, seq, f"not a valid event object ({exc})") from None
+    body = header.body
+    has_body = len(body) != 0 and not (len(body) == 4 and bytes(body) == b"null")
+    if header.v != FORMAT_VERSION:
+        raise IntegrityError(session_id, seq, f"unsupported format version {header.v}")
+    if header.sid != session_id or header.seq != seq:
+        raise IntegrityError(session_id, seq, f"object belongs to seq {header.seq} of session {header.sid!r}"[:200])
+    if has_body == (header.sealed is not None):
+        raise IntegrityError(session_id, seq, "event must carry exactly one of body or sealed")
+    if (header.sealed is None) != (header.kid is None):
+        raise IntegrityError(session_id, seq, "key id and sealed body must come together")
+    return header
+
+
 def encode_manifest(manifest: Manifest) -> bytes:
     return _json_encoder.encode(manifest)
 
@@ -292,7 +358,9 @@ def pack_segment(session_id: str, uid: str, events: list[tuple[int, bytes]]) -> 
     return _SEGMENT_MAGIC + msgspec.json.encode(header) + b"\n" + b"".join(data for _, data in events)
 
 
-def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+def segment_offsets(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[int]:
+    """Where each event of the segment ``first``-``last`` starts in ``data``, then where the
+    last one ends; ``IntegrityError`` unless it is a segment of that session and range."""
     bad = IntegrityError(session_id, first, f"segment {first}-{last} does not decode")
     if not data.startswith(_SEGMENT_MAGIC):
         raise bad
@@ -311,9 +379,10 @@ def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int
         or sum(header.lengths) != len(data) - line_end - 1
     ):
         raise bad
-    events = []
-    offset = line_end + 1
-    for i, length in enumerate(header.lengths):
-        events.append((first + i, data[offset : offset + length]))
-        offset += length
-    return events
+    return list(itertools.accumulate(header.lengths, initial=line_end + 1))
+
+
+def unpack_segment(data: bytes, session_id: str, uid: str, first: int, last: int) -> list[tuple[int, bytes]]:
+    """(seq, bytes) of each event of the segment (see ``segment_offsets``)."""
+    offsets = segment_offsets(data, session_id, uid, first, last)
+    return [(first + i, data[start:end]) for i, (start, end) in enumerate(itertools.pairwise(offsets))]

@@ -15,10 +15,14 @@ Requests (N = events, S = segments):
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
+import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -29,19 +33,21 @@ from ._codec import (
     MAX_SMALL_OBJECT_BYTES,
     Body,
     Envelope,
+    EnvelopeHeader,
     ForkRef,
     Manifest,
     Message,
     RekeyRecord,
     Retention,
     b64decode,
-    b64encode,
+    b64decode_canonical,
     decode_body,
     decode_envelope,
+    decode_header,
     decode_manifest,
     header_aad,
+    segment_offsets,
     sha256_hex,
-    unpack_segment,
 )
 from ._context import StoreContext
 from ._crypto import derive_session_key, open_sealed
@@ -60,10 +66,18 @@ if TYPE_CHECKING:
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+A = TypeVar("A")
+B = TypeVar("B")
+
 #: The session-relative name of the highest possible seq: every event name sorts at or before it.
 _LAST_SEQ_NAME = format_seq(MAX_SEQ)
+#: A read of fewer events than this takes loose events only: a segment would cost two GETs of more bytes.
+SHORT_RANGE = 16
 #: Forks of forks may nest this deep; a deeper (or circular) ancestry is an integrity error.
 MAX_FORK_DEPTH = 100
+_sha256 = hashlib.sha256
+#: A checked segment's events are built this many at a time.
+_BATCH = 256
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -106,7 +120,7 @@ class Loaded(msgspec.Struct, frozen=True):
         return parent.seq + 1 if parent is not None and not parent.copied else 1
 
 
-class RawEvent(msgspec.Struct, frozen=True):
+class RawEvent(msgspec.Struct, frozen=True, gc=False):
     session_id: str
     seq: int
     data: bytes
@@ -184,10 +198,10 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
 
 
 def _event_names(
-    ctx: StoreContext, session_id: str, after: int, first_page: Future[ListPage] | None = None
+    ctx: StoreContext, session_id: str, after: int, first_page: ListPage | None = None
 ) -> Iterator[tuple[int, ObjectInfo]]:
     """(seq, listing) of the session's event objects after seq ``after``, in order
-    (``first_page``: the LIST of the first page, already sent).
+    (``first_page``: the first page of that LIST, already made).
 
     Names that are not seqs (junk, a planted ``-`` or ``…01~``) are skipped, never
     taken for the end of the events: the listing ends only where names sort after
@@ -195,7 +209,7 @@ def _event_names(
     """
     prefix = ctx.layout.session_prefix(session_id)
     start = ctx.layout.event_key(session_id, after) if after else ""
-    page = first_page.result() if first_page is not None else ctx.backend.list_page(prefix, start_after=start)
+    page = first_page if first_page is not None else ctx.backend.list_page(prefix, start_after=start)
     while True:
         for info in page.objects:
             name = info.key[len(prefix) :]
@@ -312,7 +326,7 @@ def decode_raw(manifest: Manifest, seq: int, data: bytes) -> RawEvent:
     envelope = decode_envelope(data, manifest.sid, seq)
     if envelope.uid != manifest.uid:
         raise IntegrityError(manifest.sid, seq, "event belongs to another incarnation of the session")
-    return RawEvent(manifest.sid, seq, data, envelope, sha256_hex(data))
+    return RawEvent(manifest.sid, seq, data, envelope, _sha256(data).hexdigest())
 
 
 def check_key_id(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> None:
@@ -332,11 +346,8 @@ def open_body(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Body:
     assert envelope.sealed is not None and envelope.kid is not None
     check_key_id(ctx, manifest, raw)
     key = session_key(ctx, manifest, envelope.kid)
-    try:
-        sealed = b64decode(envelope.sealed)
-    except ValueError:
-        sealed = b""
-    if b64encode(sealed) != envelope.sealed:  # non-canonical base64 decodes alike: refuse any altered byte
+    sealed = b64decode_canonical(envelope.sealed)
+    if sealed is None:  # non-canonical base64 decodes alike: refuse any altered byte
         raise IntegrityError(raw.session_id, raw.seq, "sealed body is not canonical base64")
     plaintext = open_sealed(key, sealed, header_aad(envelope))
     if plaintext is None:
@@ -412,9 +423,15 @@ def get_event_bytes(ctx: StoreContext, session_id: str, seq: int) -> bytes | Non
 
 
 def _loose_events(
-    ctx: StoreContext, session_id: str, start: int, end: int | None, first_page: Future[ListPage] | None = None
+    ctx: StoreContext,
+    session_id: str,
+    start: int,
+    end: int | None,
+    first_page: ListPage | None = None,
+    early: _EarlyGets | None = None,
 ) -> Iterator[tuple[int, bytes | None]]:
-    """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight."""
+    """(seq, bytes) of listed events from ``start`` on, in order, ``2 * concurrency`` GETs in flight
+    (``early``: GETs already sent for some of those seqs; each is used instead of a new one)."""
 
     def seqs() -> Iterator[int]:
         for seq, _ in _event_names(ctx, session_id, start - 1, first_page):
@@ -422,7 +439,84 @@ def _loose_events(
                 return
             yield seq
 
-    return ctx.prefetched(seqs(), lambda seq: get_event_bytes(ctx, session_id, seq), ctx.concurrency * 2)
+    def fetch(seq: int) -> bytes | None:
+        return get_event_bytes(ctx, session_id, seq)
+
+    return _prefetched(ctx, seqs(), fetch, ctx.concurrency * 2, early=early.take if early is not None else None)
+
+
+class _EarlyGets:
+    """GETs of the loose tail's first events, sent from the pool as soon as the tail's LIST
+    answers and the segment GETs' first window has gone out (so they queue behind those and
+    wait for no segment decode). ``take`` hands one over to the stream that reads its seq;
+    after ``close`` none is sent, and those not taken are cancelled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._released = threading.Event()
+        self._futures: dict[int, Future[bytes | None]] = {}
+
+    def release(self) -> None:
+        """The segment GETs that go first are queued: the early GETs may follow."""
+        self._released.set()
+
+    def wait(self) -> None:
+        self._released.wait()
+
+    def send(self, seq: int, submit: Callable[[], Future[bytes | None]]) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self._futures[seq] = submit()
+            return True
+
+    def take(self, seq: int) -> Future[bytes | None] | None:
+        with self._lock:
+            return self._futures.pop(seq, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            left = list(self._futures.values())
+            self._futures.clear()
+        self._released.set()
+        for future in left:
+            future.cancel()
+
+
+def _prefetched(
+    ctx: StoreContext,
+    items: Iterable[A],
+    fetch: Callable[[A], B],
+    window: int,
+    *,
+    early: Callable[[A], Future[B] | None] | None = None,
+    primed: Callable[[], None] | None = None,
+) -> Generator[tuple[A, B]]:
+    """``StoreContext.prefetched``: (item, fetch(item)) in order, ``window`` fetches in flight;
+    ``early(item)``: a fetch already sent for it, used instead of a new one; ``primed()`` runs
+    once the first window is submitted."""
+    pending: deque[tuple[A, Future[B]]] = deque()
+    pool = ctx.executor()
+    try:
+        for item in items:
+            future = early(item) if early is not None else None
+            pending.append((item, future if future is not None else pool.submit(fetch, item)))
+            if len(pending) >= window:
+                if primed is not None:
+                    primed()
+                    primed = None
+                done, result = pending.popleft()
+                yield done, result.result()
+        if primed is not None:
+            primed()
+        while pending:
+            done, result = pending.popleft()
+            yield done, result.result()
+    finally:
+        for _, future in pending:
+            future.cancel()
 
 
 def _segment_bytes(ctx: StoreContext, session_id: str, first: int, last: int) -> bytes | None:
@@ -433,34 +527,97 @@ def _segment_bytes(ctx: StoreContext, session_id: str, first: int, last: int) ->
         return None
 
 
+class _CheckedSegment:
+    """A segment that passed its check (``_trusted_segment``): its bytes, where each event
+    starts, each event's hash and, for a sealed one, its header. Its events are built a
+    batch at a time (``events``), so that a long segment's bodies are never all alive at
+    once: fewer objects for the garbage collector to walk, a smaller peak."""
+
+    __slots__ = ("data", "first", "hashes", "headers", "offsets")
+
+    def __init__(
+        self, data: bytes, first: int, offsets: list[int], hashes: list[str], headers: list[EnvelopeHeader | None]
+    ) -> None:
+        self.data = data
+        self.first = first
+        self.offsets = offsets
+        self.hashes = hashes
+        self.headers = headers
+
+    def events(self, manifest: Manifest, low: int, high: int) -> list[RawEvent]:
+        """Its events ``low`` to ``high - 1`` (indexes from its first). A plaintext body is
+        decoded here, as a loose event's is (``decode_envelope``: a body that does not decode
+        raises at its seq); a sealed event's envelope is its header."""
+        sid, data, offsets, hashes, headers = manifest.sid, self.data, self.offsets, self.hashes, self.headers
+        out: list[RawEvent] = []
+        for index in range(low, high):
+            seq = self.first + index
+            raw = data[offsets[index] : offsets[index + 1]]
+            header = headers[index]
+            envelope = header.sealed_envelope() if header is not None else decode_envelope(raw, sid, seq)
+            out.append(RawEvent(sid, seq, raw, envelope, hashes[index]))
+        return out
+
+
 def _trusted_segment(
     manifest: Manifest, first: int, last: int, data: bytes | None, loose_last: bytes | None
-) -> list[RawEvent] | None:
-    """The segment's events, or None when it cannot stand for the loose events.
+) -> _CheckedSegment | None:
+    """The segment, checked, or None when it cannot stand for the loose events.
 
     A segment is derived, so it is trusted only when checked against the events it
     stands for: its events chain to each other, and its last event is byte for byte
     the loose event at that seq. Since each event names the hash of the one before,
-    the last one vouches for them all.
+    the last one vouches for them all. One pass, without copying or building bodies:
+    each event's header is decoded and checked as a loose event's is, its bytes hashed
+    once and its ``prev`` compared with the hash of the one before it.
     """
     if data is None or loose_last is None:
         return None
+    sid, uid = manifest.sid, manifest.uid
     try:
-        events = [decode_raw(manifest, seq, raw) for seq, raw in unpack_segment(data, manifest.sid, manifest.uid, first, last)]
+        offsets = segment_offsets(data, sid, uid, first, last)
     except IntegrityError:
         return None  # not a segment evstore wrote
-    if any(later.envelope.prev != earlier.hash for earlier, later in itertools.pairwise(events)):
+    view = memoryview(data)
+    if view[offsets[-2] : offsets[-1]] != loose_last:
+        return None  # checked first: it costs no decode
+    hashes: list[str] = []
+    headers: list[EnvelopeHeader | None] = []
+    prev: str | None = None
+    seq = first
+    try:
+        for start, stop in itertools.pairwise(offsets):
+            raw = view[start:stop]
+            header = decode_header(raw, sid, seq)
+            if header.uid != uid or (prev is not None and header.prev != prev):
+                return None
+            prev = _sha256(raw).hexdigest()
+            hashes.append(prev)
+            headers.append(header if header.sealed is not None else None)
+            seq += 1
+    except IntegrityError:
         return None
-    return events if events[-1].data == loose_last else None
+    return _CheckedSegment(data, first, offsets, hashes, headers)
 
 
 def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[RawEvent]:
-    """The session's own events in [start, end], from segments then loose objects, in order.
+    """The session's own events in [start, end], from segments then loose objects, in order
+    (see ``own_batches``)."""
+    for batch in own_batches(ctx, loaded, start, end):
+        yield from batch
+
+
+def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[list[RawEvent]]:
+    """The session's own events in [start, end], in order: a checked segment's events in lists
+    of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
+    loop per list).
 
     Segments are read while they continue each other from ``start``, each with the
     loose event at its end (both GETs a few ahead), and checked against it; the rest
     (and all of it, from the first segment that fails its check) comes from the
-    loose events, which always remain.
+    loose events, which always remain. The LIST of the loose tail goes out with the
+    segment GETs, and the GETs of its first events as soon as it answers: neither
+    waits for a segment to be decoded.
     """
     manifest = loaded.manifest
     sid = manifest.sid
@@ -475,48 +632,87 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
             break
         last, first = max(covering)
         chain.append((first, last))
-    # The LIST of the loose tail after the chain goes out with the segment GETs: it depends on no decode.
     tail_start = chain[-1][1] + 1 if chain else cursor
-    tail = None
+    tail: Future[ListPage] | None = None
+    early = _EarlyGets()
     if chain and (end is None or tail_start <= end):
-        tail = ctx.executor().submit(
-            ctx.backend.list_page, ctx.layout.session_prefix(sid), start_after=ctx.layout.event_key(sid, tail_start - 1)
-        )
-    # each segment is fetched with the loose event at its end: (segment, True) then (segment, False)
-    wanted = [(segment, whole) for segment in chain for whole in (True, False)]
+        tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
+    try:
+        # each segment is fetched with the loose event at its end: (segment, True) then (segment, False)
+        wanted = [(segment, whole) for segment in chain for whole in (True, False)]
 
-    def fetch(item: tuple[tuple[int, int], bool]) -> bytes | None:
-        (first, last), whole = item
-        return _segment_bytes(ctx, sid, first, last) if whole else get_event_bytes(ctx, sid, last)
+        def fetch(item: tuple[tuple[int, int], bool]) -> bytes | None:
+            (first, last), whole = item
+            return _segment_bytes(ctx, sid, first, last) if whole else get_event_bytes(ctx, sid, last)
 
-    fetched = ctx.prefetched(wanted, fetch, 16)  # eight segments, each with the loose event it must match
-    for ((first, last), _), data in fetched:
-        _, loose_last = next(fetched)
-        events = _trusted_segment(manifest, first, last, data, loose_last)
-        if events is None:
+        # eight segments, each with the loose event it must match; then the tail's early GETs may go
+        fetched = _prefetched(ctx, wanted, fetch, 16, primed=early.release)
+        for ((first, last), _), data in fetched:
+            _, loose_last = next(fetched)
+            segment = _trusted_segment(manifest, first, last, data, loose_last)
+            if segment is None:
+                break
+            high = last - first + 1 if end is None or end >= last else end - first + 1
+            for low in range(max(cursor - first, 0), high, _BATCH):
+                yield segment.events(manifest, low, min(low + _BATCH, high))
+            cursor = last + 1
+        fetched.close()
+        if end is not None and cursor > end:
+            return
+        # the tail's page when the loose events start where it does; else they are listed from the cursor
+        first_page = tail.result() if tail is not None and cursor == tail_start else None
+        expected = cursor
+        for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early if tail is not None else None):
+            if seq != expected or listed is None:
+                missing = expected if seq != expected else seq
+                if missing == loaded.first_own:
+                    raise SessionExpiredError(sid, f"its first events are gone (seq {missing} is missing)")
+                raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
+            yield [decode_raw(manifest, seq, listed)]
+            expected += 1
+    finally:
+        if tail is not None:
+            tail.cancel()
+        early.close()
+
+
+def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, early: _EarlyGets) -> ListPage:
+    """The first LIST page of the loose events from ``start`` on; once it answers, the GETs of
+    its first ``2 * concurrency`` events (to ``end``) go out into ``early``: the GETs the
+    stream would send first when it reaches them."""
+    prefix = ctx.layout.session_prefix(session_id)
+    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, start - 1))
+    early.wait()  # behind the segment GETs that go first (or not at all: closed)
+    pool = ctx.executor()
+    sent = 0
+    for info in page.objects:
+        seq = parse_seq(info.key[len(prefix) :])
+        if seq is None:
+            continue
+        if (end is not None and seq > end) or sent >= ctx.concurrency * 2:
             break
-        for raw in events:
-            if raw.seq >= cursor and (end is None or raw.seq <= end):
-                yield raw
-        cursor = last + 1
-    fetched.close()
-    if end is not None and cursor > end:
-        return
-    expected = cursor
-    for seq, listed in _loose_events(ctx, sid, cursor, end, tail if cursor == tail_start else None):
-        if seq != expected or listed is None:
-            missing = expected if seq != expected else seq
-            if missing == loaded.first_own:
-                raise SessionExpiredError(sid, f"its first events are gone (seq {missing} is missing)")
-            raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
-        yield decode_raw(manifest, seq, listed)
-        expected += 1
+        if not early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq)):
+            break
+        sent += 1
+    return page
 
 
 def lineage(
     ctx: StoreContext, loaded: Loaded, start: int, end: int | None, *, _descendants: tuple[str, ...] = ()
 ) -> Iterator[tuple[Manifest, RawEvent]]:
-    """Events of the session and its ancestors in [start, end], in order, with the chain checked.
+    """Events of the session and its ancestors in [start, end], in order, with the chain
+    checked (see ``lineage_batches``)."""
+    for manifest, batch in lineage_batches(ctx, loaded, start, end, _descendants=_descendants):
+        for raw in batch:
+            yield manifest, raw
+
+
+def lineage_batches(
+    ctx: StoreContext, loaded: Loaded, start: int, end: int | None, *, _descendants: tuple[str, ...] = ()
+) -> Iterator[tuple[Manifest, list[RawEvent]]]:
+    """Events of the session and its ancestors in [start, end], in order, with the chain checked,
+    as lists of events of one session (``own_batches``); a list holds only events that passed,
+    so an event that fails is raised for after those before it are yielded.
 
     Each event's ``prev`` must be the hash of the event before it; the first
     event's is checked too when the range starts at 1 (against the manifest)
@@ -539,8 +735,9 @@ def lineage(
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
             last: RawEvent | None = None
             inherited_end = min(parent.seq, end) if end is not None else parent.seq
-            for item in lineage(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
-                last = item[1]
+            for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
+                if item[1]:
+                    last = item[1][-1]
                 yield item
             if end is None or end >= parent.seq:
                 if last is None or last.seq != parent.seq:
@@ -552,15 +749,23 @@ def lineage(
         prev = parent.hash if start <= parent.seq + 1 else None
     encrypted = manifest.kid is not None or loaded.meta.salted or ctx.require_encryption
     sealed_before = False
-    for raw in own_raw(ctx, loaded, start, end):
-        if prev is not None and raw.envelope.prev != prev and not same_event(ctx, manifest, raw.envelope.prev, prev):
-            raise IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
-        if raw.envelope.body is not None and (encrypted or sealed_before):
-            where = "in an encrypted session" if encrypted and not ctx.require_encryption else "where encryption is required"
-            raise IntegrityError(raw.session_id, raw.seq, f"plaintext event {where} (forged, or written before a rekey)")
-        sealed_before = sealed_before or raw.envelope.sealed is not None
-        prev = raw.hash
-        yield manifest, raw
+    for batch in own_batches(ctx, loaded, start, end):
+        for index, raw in enumerate(batch):
+            envelope = raw.envelope
+            failure = None
+            if prev is not None and envelope.prev != prev and not same_event(ctx, manifest, envelope.prev, prev):
+                failure = IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+            elif envelope.body is None:  # sealed (an envelope carries exactly one of body and sealed)
+                sealed_before = True
+            elif encrypted or sealed_before:
+                where = "in an encrypted session" if encrypted and not ctx.require_encryption else "where encryption is required"
+                failure = IntegrityError(raw.session_id, raw.seq, f"plaintext event {where} (forged, or written before a rekey)")
+            if failure is not None:
+                if index:
+                    yield manifest, batch[:index]
+                raise failure
+            prev = raw.hash
+        yield manifest, batch
 
 
 def event_hash(ctx: StoreContext, loaded: Loaded, seq: int) -> str:
@@ -595,14 +800,23 @@ def replay(ctx: StoreContext, session_id: str, *, start: int = 1, end: int | Non
     """
     check_range(start, end)
     loaded = load(ctx, session_id)
-    for manifest, raw in lineage(ctx, loaded, start, end):
-        yield to_event(ctx, manifest, raw)
+    for manifest, batch in lineage_batches(ctx, loaded, start, end):
+        plain = manifest.kid is None  # else a plaintext body is refused by open_body
+        for raw in batch:
+            env = raw.envelope
+            body = env.body if plain and env.body is not None else open_body(ctx, manifest, raw)
+            yield Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, body)
 
 
 def folded(ctx: StoreContext, session_id: str) -> ContextFolder:
+    """The whole lineage folded into the context view: replay's events, without making an ``Event`` of each."""
     folder = ContextFolder()
-    for event in replay(ctx, session_id):
-        folder.add(event.seq, event.body)
+    add = folder.add
+    for manifest, batch in lineage_batches(ctx, load(ctx, session_id), 1, None):
+        plain = manifest.kid is None  # else a plaintext body is refused by open_body
+        for raw in batch:
+            body = raw.envelope.body
+            add(raw.seq, body if plain and body is not None else open_body(ctx, manifest, raw))
     return folder
 
 

@@ -50,29 +50,55 @@ class Position(msgspec.Struct, frozen=True):
     index: int
 
 
-class ContextFolder(msgspec.Struct):
-    """Accumulates events (in seq order) into the context view."""
+class ContextFolder:
+    """Accumulates events (in seq order) into the context view.
 
-    live: list[tuple[Position, Message]] = msgspec.field(default_factory=list)
+    Each live message is kept with its position in parallel lists (seq, index, message),
+    so that folding builds no object per message and leaves nothing for the garbage
+    collector to walk; ``live`` pairs them on demand.
+    """
+
+    __slots__ = ("_indexes", "_messages", "_seqs")
+
+    def __init__(self) -> None:
+        self._seqs: list[int] = []
+        self._indexes: list[int] = []
+        self._messages: list[Message] = []
+
+    @property
+    def live(self) -> list[tuple[Position, Message]]:
+        """(position, message) of each message after retractions, before summaries (a new list)."""
+        return [(Position(s, i), m) for s, i, m in zip(self._seqs, self._indexes, self._messages, strict=True)]
 
     def add(self, seq: int, body: Body) -> None:
         if isinstance(body, MessagesBody):
-            self.live.extend((Position(seq, i), m) for i, m in enumerate(body.messages))
+            messages = body.messages
+            if len(messages) == 1:  # the common case
+                self._seqs.append(seq)
+                self._indexes.append(0)
+                self._messages.append(messages[0])
+            else:
+                self._seqs.extend([seq] * len(messages))
+                self._indexes.extend(range(len(messages)))
+                self._messages.extend(messages)
         elif isinstance(body, RewindBody):
-            self.live = [(p, m) for p, m in self.live if _kept(p, body)]
+            kept = [k for k, (s, i) in enumerate(zip(self._seqs, self._indexes, strict=True)) if _kept(s, i, body)]
+            self._seqs = [self._seqs[k] for k in kept]
+            self._indexes = [self._indexes[k] for k in kept]
+            self._messages = [self._messages[k] for k in kept]
 
     def positioned(self) -> list[tuple[Position, Message]]:
         """Messages after retractions, before summaries: what pop and rewind address."""
-        return list(self.live)
+        return self.live
 
     def messages(self, repair: Repair = "error") -> list[Message]:
-        return repair_tool_calls(apply_summaries(m for _, m in self.live), repair)
+        return repair_tool_calls(apply_summaries(self._messages), repair)
 
 
-def _kept(position: Position, rewind: RewindBody) -> bool:
-    if position.seq != rewind.to_seq:
-        return position.seq < rewind.to_seq
-    return rewind.keep is None or position.index < rewind.keep
+def _kept(seq: int, index: int, rewind: RewindBody) -> bool:
+    if seq != rewind.to_seq:
+        return seq < rewind.to_seq
+    return rewind.keep is None or index < rewind.keep
 
 
 def is_summary(message: Message) -> bool:

@@ -29,7 +29,6 @@ process left behind is swept when the store is next opened.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import fcntl
 import hashlib
@@ -97,6 +96,84 @@ class _NotADirectory(Exception):
 def _close(fd: int) -> None:
     with suppress(OSError):
         os.close(fd)
+
+
+#: How many names ``LocalStore.list`` takes per read of a directory.
+LIST_CHUNK = 5000
+
+
+def _first(item: tuple[str, os.stat_result | None]) -> str:
+    return item[0]
+
+
+class _Smallest:
+    """Keeps the ``limit`` smallest (key, lstat) items offered (all when ``limit`` is None) in
+    O(limit) memory: once ``2 * limit`` are held they are sorted and cut to ``limit``, and the
+    largest kept becomes a bound that a later key must sort below to be offered at all."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.items: list[tuple[str, os.stat_result | None]] = []
+        self.bound: str | None = None
+
+    def wants(self, key: str) -> bool:
+        """Whether ``key`` (for a directory "name/": any key in it) may still be among the smallest."""
+        return self.bound is None or key < self.bound
+
+    def offer(self, key: str, info: os.stat_result | None) -> None:
+        self.items.append((key, info))
+        if self.limit is not None and len(self.items) >= 2 * self.limit:
+            self._cut(self.limit)
+
+    def _cut(self, limit: int) -> None:
+        self.items.sort(key=_first)
+        del self.items[limit:]
+        if self.items and len(self.items) == limit:
+            self.bound = self.items[-1][0]
+
+    def result(self) -> list[tuple[str, os.stat_result | None]]:
+        self._cut(len(self.items) if self.limit is None else self.limit)
+        return self.items
+
+
+def _scan(fd: int, base: str, partial: str, start_after: str, pick: _Smallest, *, recursive: bool) -> None:
+    """Offer ``pick`` the keys ``base + name`` of the directory ``fd`` whose names start with
+    ``partial`` and that sort after ``start_after``: directories as ``base + name + "/"``, or,
+    when ``recursive``, entered (``O_NOFOLLOW``: never through a symlink) after the directory's
+    own names, smallest first, unless every key in them sorts after those ``pick`` keeps."""
+    if start_after.startswith(base):
+        after = start_after[len(base) :]  # a key here sorts after start_after iff its name sorts after this
+    elif base > start_after:
+        after = ""
+    else:
+        return  # every key here sorts before start_after
+    subdirs: list[str] = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            name = entry.name
+            # a name at or before ``after`` is a key at or before start_after, unless it names
+            # a directory that start_after lies in (the name is a prefix of ``after``)
+            if (name <= after and not after.startswith(name)) or not name.startswith(partial):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if recursive:
+                    subdirs.append(name)
+                elif (key := f"{base}{name}/") > start_after and pick.wants(key):
+                    pick.offer(key, None)
+            elif name > after and pick.wants(key := base + name):
+                pick.offer(key, _lstat(entry))
+    for name in sorted(subdirs):
+        sub = f"{base}{name}/"
+        if not pick.wants(sub):
+            return  # its keys, and those of every later directory, sort after the ones kept
+        try:
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            continue  # removed, or replaced by a link, since it was read
+        try:
+            _scan(child, sub, "", start_after, pick, recursive=True)
+        finally:
+            os.close(child)
 
 
 class LocalStore(ObjectStore):
@@ -332,7 +409,9 @@ class LocalStore(ObjectStore):
             total = 0
             try:
                 while True:
-                    chunk = os.read(fd, _CHUNK)
+                    # no larger than the file (+1 to see it end or grow): ``os.read(fd, n)`` allocates n bytes
+                    # first, and a pool reading small events must not hold 1 MiB per thread
+                    chunk = os.read(fd, max(1, min(_CHUNK, info.st_size - total + 1)))
                     if not chunk:
                         break
                     chunks.append(chunk)
@@ -371,67 +450,50 @@ class LocalStore(ObjectStore):
 
     # ---- listing -------------------------------------------------------------------------
 
-    def _walk(self, fd: int, rel: str, found: dict[str, ObjectInfo]) -> None:
-        """Every non-directory below ``fd`` as a key; never enters a symlinked directory."""
-        with os.scandir(fd) as entries:
-            listed = [(e.name, e.is_dir(follow_symlinks=False), _lstat(e)) for e in entries]
-        for name, is_dir, info in listed:
-            key = f"{rel}/{name}" if rel else name
-            if not is_dir:
-                found[key] = _listed(key, info)
-                continue
-            try:
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except OSError:
-                continue  # removed, or replaced by a link, since it was listed
-            try:
-                self._walk(child, key, found)
-            finally:
-                os.close(child)
+    def _select(
+        self, prefix: str, start_after: str, limit: int | None, delimiter: str
+    ) -> list[tuple[str, os.stat_result | None]]:
+        """The ``limit`` smallest keys under ``prefix`` that sort after ``start_after`` (all of
+        them when ``limit`` is None), in order, each with its own ``lstat`` (a link's, not its
+        target's; None for a directory, or a name removed since it was read).
 
-    def _keys_under(self, prefix: str, delimiter: str) -> tuple[list[str], dict[str, ObjectInfo]]:
-        """The sorted keys (and, with delimiter "/", directories as "name/") in the directory
-        ``prefix`` falls in, and what a LIST shows of each object: its own ``lstat`` (a link's,
-        not its target's) and an empty ETag."""
-        directory, _, _ = prefix.rpartition("/")
+        With delimiter "/" only the directory ``prefix`` falls in is read, and its directories
+        come back as "name/"; otherwise every non-directory below it is a key, and a symlinked
+        directory is never entered. Memory is O(limit) whatever the directory holds: names are
+        compared as they are read and at most ``2 * limit`` kept (``_Smallest``); the directory
+        is read whole each time (O(N) names read per page, none of them held).
+        """
+        directory, _, partial = prefix.rpartition("/")
         names = directory.split("/") if directory else []
-        found: dict[str, ObjectInfo] = {}
         if any(p in ("", ".", "..") for p in names):
-            return [], found  # no key has such a component
+            return []  # no key has such a component
         try:
             fd = self._open_dirs(["objects", *names])
         except _NotADirectory as exc:
             if exc.symlink:
                 raise self._refused_path(prefix) from None
-            return [], found
+            return []
         except FileNotFoundError:
-            return [], found
+            return []
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
-        keys: list[str] = []
+        pick = _Smallest(limit)
         try:
-            if delimiter == "/":
-                with os.scandir(fd) as entries:
-                    for entry in entries:
-                        name = f"{directory}/{entry.name}" if directory else entry.name
-                        if entry.is_dir(follow_symlinks=False):
-                            keys.append(name + "/")
-                        else:
-                            keys.append(name)
-                            found[name] = _listed(name, _lstat(entry))
-            else:
-                self._walk(fd, directory, found)
-                keys = list(found)
+            _scan(fd, f"{directory}/" if directory else "", partial, start_after, pick, recursive=delimiter != "/")
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
         finally:
             os.close(fd)
-        return sorted(keys), found
+        return pick.result()
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        # with delimiter "/", directories come back as "name/" and fold into prefixes
-        keys, found = self._keys_under(prefix, delimiter)
-        return page_of(keys, found.__getitem__, prefix, start_after, max_keys, delimiter)
+        # With delimiter "" or "/" each key read is one entry of the page (a directory is one
+        # common prefix, "name/"), so the max_keys + 1 smallest decide the page and whether it is
+        # truncated; another delimiter may fold many keys into one prefix: it reads them all.
+        limit = max_keys + 1 if delimiter in ("", "/") else None
+        chosen = self._select(prefix, start_after, limit, delimiter)
+        infos = {key: _listed(key, info) for key, info in chosen if not key.endswith("/")}
+        return page_of([key for key, _ in chosen], infos.__getitem__, prefix, start_after, max_keys, delimiter)
 
     # ---- deleting ------------------------------------------------------------------------
 
@@ -522,9 +584,12 @@ class LocalStore(ObjectStore):
         raise ObjectMissing(key)
 
     def list(self, prefix: str, *, start_after: str = "", page_size: int = 1000) -> Iterator[ObjectInfo]:
-        """Like the paged listing, but the directory is read and sorted once, not once per page:
-        a session of N events lists in O(N log N), holding its N names (not their contents)."""
-        keys, found = self._keys_under(prefix, "")
-        for key in keys[bisect.bisect_right(keys, start_after) :]:
-            if key.startswith(prefix):
-                yield found[key]
+        """Every object under ``prefix`` after ``start_after``, in key order, ``LIST_CHUNK`` names
+        per read of the directory: memory stays O(chunk) at any size, and a listing of N objects
+        reads the directory ceil(N / chunk) times."""
+        while True:
+            page = self.list_page(prefix, start_after=start_after, max_keys=max(page_size, LIST_CHUNK))
+            yield from page.objects
+            if not page.truncated:
+                return
+            start_after = page.next_start_after

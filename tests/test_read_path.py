@@ -1,0 +1,222 @@
+"""The read path's cheaper forms do what the plain ones did: canonical base64 without
+re-encoding, a LocalStore listing that holds one page of names, the loose tail's GETs sent
+without waiting for a segment to be decoded (and never twice), context folded without
+building ``Event`` objects."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evstore import Keyring, LocalStore, MemoryStore, Store, _read
+from evstore._backends import ListPage, ObjectStore, StoredObject
+from evstore._codec import Envelope, EnvelopeHeader, b64decode_canonical, decode_envelope
+
+from .helpers import CountingStore, msg
+
+# ---- canonical base64 ---------------------------------------------------------------------
+
+
+def _reference(text: str) -> bytes | None:
+    """The definition: the bytes whose base64 is exactly ``text``."""
+    try:
+        data = base64.b64decode(text.encode("ascii"), validate=True)
+    except ValueError:
+        return None
+    return data if base64.b64encode(data).decode("ascii") == text else None
+
+
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.binary(max_size=40),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(0, 80), st.sampled_from(_ALPHABET + "=\n -_é")), max_size=3),
+)
+def test_canonical_base64_accepts_exactly_what_re_encodes_to_itself(data: bytes, edits: list[tuple[int, int, str]]) -> None:
+    text = base64.b64encode(data).decode("ascii")
+    for kind, where, char in edits:
+        where = min(where, len(text))
+        if kind == 0:
+            text = text[:where] + char + text[where:]
+        elif kind == 1:
+            text = text[:where] + text[where + 1 :]
+        else:
+            text = text[:where] + char + text[where + 1 :]
+    assert b64decode_canonical(text) == _reference(text)
+
+
+@pytest.mark.parametrize("text", ["QR==", "QUJ=", "QQ", "QQ=", "Q===", "=QQ=", "QQ==QQ==", " QQ==", "QQ==\n", "QQ==é"])
+def test_non_canonical_or_invalid_base64_is_refused(text: str) -> None:
+    assert b64decode_canonical(text) is None
+
+
+def test_canonical_base64_round_trips() -> None:
+    for n in range(10):
+        data = bytes(range(n))
+        assert b64decode_canonical(base64.b64encode(data).decode()) == data
+
+
+# ---- LocalStore listing ----------------------------------------------------------------------
+
+_NAMES = st.sampled_from(["a", "b", "ab", "a-", "a.b", "0001", "0002", "0010", "manifest", "segments", "z~"])
+_KEYS = st.lists(st.lists(_NAMES, min_size=1, max_size=3).map("/".join), min_size=0, max_size=25, unique=True).filter(
+    lambda keys: not any(other.startswith(key + "/") for key in keys for other in keys)
+)  # no key is also a directory
+_POINTS = st.sampled_from(["", "a", "a/", "a/b", "ab", "b/", "b/0001", "segments/", "a-", "0002", "zz"])
+
+
+def _pages(backend: ObjectStore, prefix: str, start_after: str, max_keys: int, delimiter: str) -> list[ListPage]:
+    pages = []
+    while True:
+        page = backend.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        pages.append(page)
+        if not page.truncated:
+            return pages
+        start_after = page.next_start_after
+
+
+@settings(max_examples=120, deadline=None)
+@given(_KEYS, _POINTS, _POINTS, st.integers(1, 4), st.sampled_from(["", "/"]))
+def test_local_listing_pages_are_those_of_the_memory_store(
+    tmp_path_factory: pytest.TempPathFactory, keys: list[str], prefix: str, start_after: str, max_keys: int, delimiter: str
+) -> None:
+    local = LocalStore(tmp_path_factory.mktemp("listing"))
+    memory = MemoryStore()
+    for key in keys:
+        local.create(key, b"x" * len(key))
+        memory.create(key, b"x" * len(key))
+    got = _pages(local, prefix, start_after, max_keys, delimiter)
+    want = _pages(memory, prefix, start_after, max_keys, delimiter)
+    assert [([o.key for o in p.objects], p.prefixes, p.truncated, p.next_start_after) for p in got] == [
+        ([o.key for o in p.objects], p.prefixes, p.truncated, p.next_start_after) for p in want
+    ]
+    assert [o.size for p in got for o in p.objects] == [len(o.key) for p in got for o in p.objects]
+    assert [o.key for o in local.list(prefix, start_after=start_after)] == [
+        o.key for o in memory.list(prefix, start_after=start_after)
+    ]
+
+
+def test_a_large_session_directory_lists_in_pages_from_any_point(tmp_path: Path) -> None:
+    local = LocalStore(tmp_path)
+    names = [f"{seq:020d}" for seq in range(1, 2600)]
+    for name in reversed(names):
+        local.create(f"sessions/s/{name}", b"e")
+    local.create("sessions/s/manifest", b"m")
+    local.create("sessions/s/segments/00000000000000000001-00000000000000000002", b"g")
+    pages = _pages(local, "sessions/s/", f"sessions/s/{names[99]}", 1000, "")
+    listed = [o.key[len("sessions/s/") :] for p in pages for o in p.objects]
+    assert listed == [*names[100:], "manifest", "segments/00000000000000000001-00000000000000000002"]
+    assert [len(p.objects) for p in pages] == [1000, 1000, 501]
+    assert [o.key for o in local.list("sessions/s/", start_after="sessions/s/manifest")] == [
+        "sessions/s/segments/00000000000000000001-00000000000000000002"
+    ]
+
+
+# ---- the loose tail does not wait for segments ----------------------------------------------
+
+
+class _HeldSegments(CountingStore):
+    """Holds every segment GET until a GET of ``released_by`` has been sent (or ``wait`` seconds
+    pass, and the segment is then read all the same)."""
+
+    def __init__(self, inner: ObjectStore, released_by: str, wait: float) -> None:
+        super().__init__(inner)
+        self.released_by = released_by
+        self.wait = wait
+        self.released = threading.Event()
+        self.held: list[bool] = []
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        if key.endswith(self.released_by):
+            self.released.set()
+        if "/segments/" in key:
+            self.held.append(not self.released.wait(self.wait))
+        return super().get(key, max_bytes=max_bytes)
+
+
+def test_the_tail_events_are_fetched_while_the_segments_are_still_being_read() -> None:
+    memory = MemoryStore()
+    writer = Store(memory, auto_compact=None).open("s", create=True)
+    for i in range(20):
+        writer.append(msg(f"m{i}"))
+    Store(memory).compact("s", segment_size=16)  # one segment (1-16), a loose tail of 4
+    held = _HeldSegments(memory, "/00000000000000000020", wait=30)
+    assert [m["content"] for m in Store(held).context("s")] == [f"m{i}" for i in range(20)]
+    assert held.held == [False]  # the last tail event's GET was sent while the segment GET waited
+
+
+def test_every_event_is_read_once_whether_its_segment_holds_or_fails() -> None:
+    memory = MemoryStore()
+    writer = Store(memory, auto_compact=None).open("s", create=True)
+    for i in range(40):
+        writer.append(msg(f"m{i}"))
+    store = Store(memory)
+    store.compact("s", segment_size=16)  # segments 1-16 and 17-32, a tail of 8
+    counting = CountingStore(memory)
+    reader = Store(counting)
+    assert len(reader.context("s")) == 40
+    gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
+    assert sorted(gets) == sorted(set(gets))  # nothing read twice
+    assert counting.counts == {"GET": 1 + 4 + 8, "LIST": 2}
+    # a segment that fails its check: the loose events from its first seq are read instead, each once
+    memory.delete_many([store.layout.segment_key("s", 17, 32)])
+    memory.create(store.layout.segment_key("s", 17, 32), b"evstore-segment\nnot a segment")
+    counting.reset()
+    assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(40)]
+    # manifest, the two segments with their last events, then 17..40 loose: the tail's GETs sent
+    # early (33..40) are the ones used, not sent again
+    assert counting.counts == {"GET": 1 + 4 + 24, "LIST": 3}
+
+
+def test_replay_and_context_agree_event_for_event_across_segments_and_forks() -> None:
+    memory = MemoryStore()
+    store = Store(memory)
+    writer = store.open("p", create=True)
+    for i in range(70):
+        writer.append(msg(f"p{i}"))
+    store.compact("p", segment_size=25)
+    fork = store.fork("p", "f", at=60)
+    for i in range(5):
+        fork.append(msg(f"f{i}"))
+    events = list(store.replay("f"))
+    assert [e.seq for e in events] == list(range(1, 66))
+    contents = [m["content"] for e in events for m in e.messages]
+    assert contents == [m["content"] for m in store.context("f")] == [f"p{i}" for i in range(60)] + [f"f{i}" for i in range(5)]
+    assert [e.seq for e in store.replay("p", start=20, end=55)] == list(range(20, 56))
+
+
+# ---- segment events are the loose events -------------------------------------------------------
+
+
+def test_the_header_read_from_a_segment_has_every_field_of_the_envelope() -> None:
+    assert EnvelopeHeader.__struct_fields__ == Envelope.__struct_fields__
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_events_read_from_segments_equal_those_read_loose(encrypted: bool) -> None:
+    memory = MemoryStore()
+    keyring = Keyring({"k": os.urandom(32)}, "k") if encrypted else None
+    writer = Store(memory, keyring=keyring, auto_compact=None).open("s", create=True)
+    for i in range(40):
+        writer.append(msg(f"m{i}"), idempotency_key=f"key-{i}")  # a header field that a sealed body's tag covers
+    loose = list(Store(memory, keyring=keyring).replay("s"))
+    store = Store(memory, keyring=keyring)
+    assert store.compact("s", segment_size=16) == [(1, 16), (17, 32)]
+    counting = CountingStore(memory)
+    from_segments = list(Store(counting, keyring=keyring).replay("s"))
+    assert counting.counts["GET"] == 1 + 4 + 8  # the manifest, two segments and the ends they match, a tail of 8
+    assert from_segments == loose
+    assert [m["content"] for e in from_segments for m in e.messages] == [f"m{i}" for i in range(40)]
+    ctx = store.shared
+    loaded = _read.load(ctx, "s")
+    for raw in _read.own_raw(ctx, loaded, 1, None):
+        assert raw.envelope == decode_envelope(raw.data, "s", raw.seq)
+        assert raw.envelope.idem == f"key-{raw.seq - 1}"
