@@ -106,7 +106,7 @@ def test_local_listing_pages_are_those_of_the_memory_store(
 
 def test_a_large_session_directory_lists_in_pages_from_any_point(tmp_path: Path) -> None:
     local = LocalStore(tmp_path)
-    names = [f"{seq:020d}" for seq in range(1, 2600)]
+    names = [f"{seq:020d}" for seq in range(1, 2101)]
     for name in reversed(names):
         local.create(f"sessions/s/{name}", b"e")
     local.create("sessions/s/manifest", b"m")
@@ -114,7 +114,7 @@ def test_a_large_session_directory_lists_in_pages_from_any_point(tmp_path: Path)
     pages = _pages(local, "sessions/s/", f"sessions/s/{names[99]}", 1000, "")
     listed = [o.key[len("sessions/s/") :] for p in pages for o in p.objects]
     assert listed == [*names[100:], "manifest", "segments/00000000000000000001-00000000000000000002"]
-    assert [len(p.objects) for p in pages] == [1000, 1000, 501]
+    assert [len(p.objects) for p in pages] == [1000, 1000, 2]
     assert [o.key for o in local.list("sessions/s/", start_after="sessions/s/manifest")] == [
         "sessions/s/segments/00000000000000000001-00000000000000000002"
     ]
