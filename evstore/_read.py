@@ -71,8 +71,6 @@ B = TypeVar("B")
 
 #: The session-relative name of the highest possible seq: every event name sorts at or before it.
 _LAST_SEQ_NAME = format_seq(MAX_SEQ)
-#: A read of fewer events than this takes loose events only: a segment would cost two GETs of more bytes.
-SHORT_RANGE = 16
 #: Forks of forks may nest this deep; a deeper (or circular) ancestry is an integrity error.
 MAX_FORK_DEPTH = 100
 _sha256 = hashlib.sha256
@@ -622,15 +620,21 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    chain: list[tuple[int, int]] = []  # greedy: at each seq, the segment that reaches furthest
+    # Greedy: at each seq, the segment that reaches furthest among those worth their two GETs —
+    # at least half of their events wanted (a short or late range reads its few loose events).
+    chain: list[tuple[int, int]] = []
     while True:
         reach = chain[-1][1] + 1 if chain else cursor
         if end is not None and reach > end:
             break
-        covering = [(last, first) for first, last in loaded.meta.segments if first <= reach <= last]
-        if not covering:
+        worth = [
+            (last, first)
+            for first, last in loaded.meta.segments
+            if first <= reach <= last and 2 * (min(last, end if end is not None else last) - reach + 1) >= last - first + 1
+        ]
+        if not worth:
             break
-        last, first = max(covering)
+        last, first = max(worth)
         chain.append((first, last))
     tail_start = chain[-1][1] + 1 if chain else cursor
     tail: Future[ListPage] | None = None

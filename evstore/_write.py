@@ -144,13 +144,16 @@ class Session:
         retried invocation appends once. Free when the key is known (the head's, or read by
         ``resume``); otherwise the first such check reads the window once (1 LIST + its GETs).
         A racing writer that lands the same key first is found by the 412 that follows.
-        With ``expected_head`` too, a retry of an append whose answer was lost learns
-        whether it landed: its seq if it did, a conflict if something else did.
+        With ``expected_head`` too, only events after it are in question: free when it is this
+        writer's head, and a retry of an append whose answer was lost learns whether it
+        landed (its seq if it did, a conflict if something else did).
         """
         messages = _as_messages(message)
         if idempotency_key is not None:
             _check_idempotency_key(idempotency_key)
-            landed = self._landed(idempotency_key)
+            # With the head the caller expects being this writer's, the key cannot be past it: no read.
+            known = idempotency_key in self._keys or expected_head is None or expected_head != self._head
+            landed = self._landed(idempotency_key) if known else None
             if landed is not None:
                 return landed
         return self._append_body(MessagesBody(messages), expected_head, idempotency_key)

@@ -168,3 +168,16 @@ async def test_the_async_api_takes_a_key() -> None:
         assert await writer.append(msg("a"), idempotency_key="k") == 1
         assert await writer.append(msg("a"), idempotency_key="k") == 1
     assert contents(store) == ["a"]
+
+
+def test_a_key_with_the_writers_head_expected_costs_only_the_put() -> None:
+    """With expected_head the key is only in question past that head: nothing to read."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root", auto_compact=None)
+    first = store.open("s", create=True)
+    for i in range(10):
+        first.append(msg(f"m{i}"), idempotency_key=f"k{i}")
+    writer = store.open("s")
+    counting.reset()
+    assert writer.append(msg("new"), expected_head=10, idempotency_key="k-new") == 11
+    assert dict(counting.counts) == {"PUT": 1}
