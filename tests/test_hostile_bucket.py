@@ -6,7 +6,7 @@ clean error with its exit code — on the memory and local backends and on moto'
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from evstore import (
     SessionNotFoundError,
     Store,
 )
-from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+from evstore._backends import LifecycleRule
 from evstore._codec import (
     FORMAT_VERSION,
     Envelope,
@@ -48,49 +48,22 @@ from evstore._ids import MAX_SEQ
 from evstore._read import read_manifest, session_key
 
 from .conftest import new_bucket
-from .helpers import msg
+from .helpers import CountingStore, msg
 
 
-class CreateOnly(ObjectStore):
+class CreateOnly(CountingStore):
     """The writer role's rights: read, list, and create new objects; nothing is replaced or deleted."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.location = inner.location
-
-    def create(
-        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
-    ) -> str:
-        return self.inner.create(key, data, metadata=metadata, tags=tags)
 
     def replace(self, key: str, data: bytes, *, etag: str, **_: Any) -> str:
         raise PermissionError("create-only")
-
-    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
-        return self.inner.get(key, max_bytes=max_bytes)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         if list(keys):
             raise PermissionError("create-only")
         return 0
 
-    def get_tags(self, key: str) -> dict[str, str]:
-        return self.inner.get_tags(key)
-
-    def get_lifecycle(self) -> list[LifecycleRule]:
-        return self.inner.get_lifecycle()
-
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
         raise PermissionError("create-only")
-
-    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
-        return self.inner.list_incomplete_uploads(prefix)
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         raise PermissionError("create-only")
