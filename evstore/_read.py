@@ -107,6 +107,12 @@ class Meta(msgspec.Struct, frozen=True):
     rekeyed: bool = False
 
 
+def first_own_seq(manifest: Manifest) -> int:
+    """The session's first own seq: after the fork seq for a fork that references its parent, else 1."""
+    parent = manifest.parent
+    return parent.seq + 1 if parent is not None and not parent.copied else 1
+
+
 class Loaded(msgspec.Struct, frozen=True):
     manifest: Manifest
     genesis: str  # sha256 of the manifest bytes: the prev of seq 1
@@ -114,8 +120,7 @@ class Loaded(msgspec.Struct, frozen=True):
 
     @property
     def first_own(self) -> int:
-        parent = self.manifest.parent
-        return parent.seq + 1 if parent is not None and not parent.copied else 1
+        return first_own_seq(self.manifest)
 
 
 class RawEvent(msgspec.Struct, frozen=True, gc=False):

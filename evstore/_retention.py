@@ -37,7 +37,7 @@ from ._context import StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete, forks_of
 from ._ids import parse_fork_marker, parse_seq, validate_session_id
-from ._read import list_sessions, read_manifest
+from ._read import first_own_seq, list_sessions, read_manifest
 
 #: gc never touches an object younger than this unless told otherwise.
 DEFAULT_GRACE = timedelta(days=1)
@@ -230,9 +230,7 @@ def _collect_session(
     if isinstance(manifest, _Unreadable):
         report.left_alone[session_id] = "its manifest does not decode (corrupt, or a newer format)"
         return None
-    first_own = 1
-    if manifest is not None and manifest.parent is not None and not manifest.parent.copied:
-        first_own = manifest.parent.seq + 1
+    first_own = first_own_seq(manifest) if manifest is not None else 1
 
     def remove_all(reason: str) -> None:
         young = 0

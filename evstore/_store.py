@@ -24,7 +24,7 @@ from ._audit import RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
-from ._context import DEFAULT_AUTO_COMPACT, RETENTION_TAG, WRITE_ID_METADATA, StoreContext, utc_now
+from ._context import DEFAULT_AUTO_COMPACT, StoreContext, utc_now
 from ._crypto import Keyring
 from ._forks import DeleteResult
 from ._ids import Layout
@@ -35,8 +35,6 @@ from ._views import Event, Repair
 from ._write import Session
 
 __all__ = [
-    "RETENTION_TAG",
-    "WRITE_ID_METADATA",
     "DeleteResult",
     "Session",
     "SessionInfo",

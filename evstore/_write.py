@@ -162,16 +162,12 @@ class Session:
         """The seq of the event holding ``key``, if the window (or what this writer knows) has one."""
         if key not in self._keys and not self._window_read:
             self._window_read = True
-            first = max(self._head - IDEMPOTENCY_WINDOW + 1, self._first_own())
+            first = max(self._head - IDEMPOTENCY_WINDOW + 1, _read.first_own_seq(self.manifest))
             if first <= self._head:
                 bare = Loaded(self.manifest, "", Meta())
                 for raw in _read.own_raw(self._ctx, bare, first, self._head):
                     self._know(raw.seq, raw.envelope.idem)
         return self._keys.get(key)
-
-    def _first_own(self) -> int:
-        parent = self.manifest.parent
-        return parent.seq + 1 if parent is not None and not parent.copied else 1
 
     def _know(self, seq: int, key: str | None) -> None:
         if key is not None:
