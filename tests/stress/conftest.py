@@ -24,7 +24,9 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +172,14 @@ def helper_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def stress_moto() -> Iterator[str]:
     """moto's S3 server in its own process (so writer threads in this one do not share its GIL)."""
+    with moto_server() as url:
+        yield url
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """Start moto's S3 server (PutObject serialized, see ``_serve_moto``) in its own process on
+    127.0.0.1 and yield its URL; the server stops when the context exits."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.stress.conftest", "moto", str(port)],
@@ -214,6 +224,10 @@ class WriterSpec:
     shared_count: int
     seed: int
     tolerate_unavailable: bool = False  # under injected faults: a failed append is recorded, not fatal
+    #: More sessions of this writer's own, each getting ``own_count`` events too, interleaved with the rest.
+    sessions: tuple[str, ...] = ()
+    #: The writer's wall-clock bound in seconds (0: ``WRITER_DEADLINE_SECONDS``).
+    deadline: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +241,9 @@ class StoreSpec:
     directory: str = ""
     max_attempts: int = 3
     read_timeout: float = 10.0
+    #: Credentials for a server that checks them (RGW); empty: the environment's (moto takes any).
+    access_key: str = ""
+    secret_key: str = ""
 
     def open(self) -> Any:
         from evstore import LocalStore, Store
@@ -235,9 +252,26 @@ class StoreSpec:
             return Store(LocalStore(self.directory), root=self.root)
         from evstore._backends._s3 import S3Store
 
+        client = None
+        if self.access_key:  # the same client S3Store builds (botocore makes one attempt), with these keys
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session(
+                aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key, region_name="us-east-1"
+            )
+            config = Config(
+                retries={"mode": "standard", "total_max_attempts": 1},
+                connect_timeout=2.0,
+                read_timeout=self.read_timeout,
+                max_pool_connections=32,
+                s3={"addressing_style": "path"},
+            )
+            client = session.client("s3", endpoint_url=self.endpoint, config=config)
         backend = S3Store(
             self.bucket,
             endpoint_url=self.endpoint,
+            client=client,
             max_attempts=self.max_attempts,
             read_timeout=self.read_timeout,
             connect_timeout=2.0,
@@ -307,7 +341,7 @@ def run_writer(
     from evstore import StoreUnavailableError, WriteConflictError
 
     journal = Journal()
-    deadline = time.monotonic() + WRITER_DEADLINE_SECONDS
+    deadline = time.monotonic() + (spec.deadline or WRITER_DEADLINE_SECONDS)
     rng = random.Random(spec.seed)
 
     def retrying(action: Callable[[], Any]) -> Any:
@@ -320,11 +354,9 @@ def run_writer(
                 time.sleep(0.01 * rng.random())
         raise AssertionError("unreachable")
 
-    sessions = {
-        spec.own: retrying(lambda: store.open(spec.own, create=True)),
-        spec.shared: retrying(lambda: store.open(spec.shared, create=True)),
-    }
+    sessions = {sid: retrying(partial(store.open, sid, create=True)) for sid in (spec.own, spec.shared, *spec.sessions)}
     order = [spec.own] * spec.own_count + [spec.shared] * spec.shared_count
+    order += [sid for sid in spec.sessions for _ in range(spec.own_count)]
     rng.shuffle(order)
     counters: Counter[str] = Counter()
     for sid in order:
@@ -387,10 +419,14 @@ class WriterProcess:
 
 
 def start_writer_processes(
-    store: StoreSpec, specs: Iterable[WriterSpec], workdir: Path, *, timeout: float = 120
+    store: StoreSpec, specs: Iterable[WriterSpec], workdir: Path, *, timeout: float = 120, go: Path | None = None
 ) -> tuple[list[WriterProcess], Path]:
-    """Start one process per spec; they wait for the returned go file, which the caller creates."""
-    go = workdir / f"go-{uuid.uuid4().hex[:8]}"
+    """Start one process per spec; they wait for the returned go file, which the caller creates.
+
+    With ``go`` given (a file that may already exist), return at once without waiting for the
+    writers to be ready: a writer whose go file exists starts appending as soon as it is up."""
+    wait_ready = go is None
+    go = go or workdir / f"go-{uuid.uuid4().hex[:8]}"
     started = []
     for spec in specs:
         journal = workdir / f"{spec.writer}-{uuid.uuid4().hex[:6]}.journal"
@@ -404,6 +440,8 @@ def start_writer_processes(
             stderr=subprocess.PIPE,
         )
         started.append(WriterProcess(process, journal, spec))
+    if not wait_ready:
+        return started, go
     deadline = time.monotonic() + timeout
     for writer in started:  # every writer is ready (imports done, store open) before any starts
         while not (writer.journal.exists() and writer.journal.read_text().startswith("ready")):
