@@ -237,7 +237,8 @@ def run(config: SoakConfig, *, out: Any = sys.stdout, figures: Figures | None = 
         # sessions, so each of these exists); with all slots running at the start that is every session
         tried_in = {sid for sid, _ in journal.tried}
         if tried_in != sessions:
-            emit(f"soak: {len(sessions - tried_in)} sessions got no append (a writer was killed before it began)")
+            idle = sorted(sessions - tried_in)
+            emit(f"soak: {len(idle)} sessions got no append attempt (not audited): {idle[:5]}")
         outcome = audit(direct.open(), journal, tried_in, figures or Figures(), verify=lambda sid: True)
         result.audit_seconds = time.monotonic() - audit_started
     result.acked = len(journal.acked)
