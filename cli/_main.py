@@ -23,6 +23,7 @@ from evstore import (
     SessionExpiredError,
     SessionNotFoundError,
 )
+from evstore._context import FENCE_HOLD
 
 from ._common import CommandError, Context, Progress, counted, exit_code_for, pass_context
 from ._doctor import register as register_doctor
@@ -364,7 +365,7 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
 
 #: What ``list`` says about an id that has objects but no live session.
 GONE_NOTES = {
-    "deleted": "deleted; kept while forks read it, the id is taken until gc removes it",
+    "deleted": "deleted; the id is taken until gc removes it (after the fence hold, and while forks read it)",
     "expired": "expired; remnants until gc removes them",
     "no manifest": "no manifest; remnants until gc removes them",
 }
@@ -390,12 +391,16 @@ def info(state: Context, session: str, as_json: bool) -> None:
 @session_argument
 @pass_context
 def delete(state: Context, session: str) -> None:
-    """Delete SESSION. Live forks keep it replayable; gc reclaims the space later."""
+    """Delete SESSION: reads say so at once, and no append lands after it (a fence at the seq
+    after the head). gc removes its objects 10 minutes on, or once no live fork reads them."""
     result = state.store.delete(session)
     if result.kept_for_forks:
-        click.echo(f"deleted {session}; its objects are kept for forks: {', '.join(result.kept_for_forks)}")
+        click.echo(
+            f"deleted {session} (fenced at seq {result.fenced_at}); its objects are kept for forks: "
+            f"{', '.join(result.kept_for_forks)}"
+        )
     else:
-        click.echo(f"deleted {session}: {result.removed} objects removed")
+        click.echo(f"deleted {session} (fenced at seq {result.fenced_at}); gc removes its objects after {result.removable_after}")
 
 
 @cli.command()
@@ -573,12 +578,17 @@ def gc(
     click.echo(
         f"gc: {report.sessions} sessions, {report.objects_scanned} objects scanned; {verb} {report.objects_removed} objects "
         f"({report.bytes_removed} bytes) of {report.sessions_removed} sessions, {report.uploads_aborted} incomplete uploads; "
-        f"kept {report.kept_young} objects younger than the grace period; {report.requests} requests"
+        f"kept {report.kept_young} objects younger than the grace period or fenced by a delete less than "
+        f"{FENCE_HOLD.total_seconds() / 60:.0f} minutes ago; {report.requests} requests"
     )
     for reason, count in sorted(report.reasons.items()):
         click.echo(f"  {reason}: {count}")
-    if report.reasons.get("beyond keep count"):
-        click.echo(f"  (--keep {keep} counts sessions by age and {verb} those beyond it however new: --grace does not apply)")
+    if report.sessions_deleted:
+        deleted = "would delete" if dry_run else "deleted"
+        click.echo(
+            f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (counted by age, however new: "
+            "--grace does not apply); a gc run after the fence hold removes their objects"
+        )
 
 
 @cli.group(cls=Group)

@@ -63,10 +63,10 @@ def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None)
     that receipt: its event at ``expect.seq`` has ``expect.hash``.
     """
     loaded = _read.load(ctx, session_id)
-    head = Receipt(0, loaded.genesis)
+    head = Receipt(loaded.manifest.base, loaded.genesis)
     events = checked = unchecked = 0
     expected_found = expect is None
-    if expect is not None and expect.seq == 0:  # the receipt of an empty session names its manifest
+    if expect is not None and expect.seq == head.seq:  # the receipt of an empty session names its manifest
         if expect.hash != loaded.genesis:
             raise IntegrityError(session_id, None, "does not match the receipt of its empty log (history rewritten)")
         expected_found = True

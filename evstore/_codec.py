@@ -122,6 +122,9 @@ class Manifest(msgspec.Struct, omit_defaults=True, frozen=True):
     parent: ForkRef | None = None
     kid: str | None = None
     salt: str | None = None
+    #: Seqs up to ``base`` belong to earlier incarnations of the id (a deleted session and its
+    #: fence): this one's events start after it, so no seq slot is ever used twice.
+    base: int = 0
 
 
 class Tombstone(msgspec.Struct, frozen=True):
@@ -336,6 +339,17 @@ def decode_tombstone(data: bytes, session_id: str) -> Tombstone:
         return msgspec.json.decode(data, type=Tombstone)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, None, f"tombstone does not decode ({exc})") from None
+
+
+def fence_of(data: bytes) -> Tombstone | None:
+    """The tombstone whose bytes ``delete`` wrote at the head's next seq (a fence), or None:
+    ``data`` is no fence (an event, or anything else)."""
+    if len(data) > MAX_SMALL_OBJECT_BYTES:
+        return None
+    try:
+        return msgspec.json.decode(data, type=Tombstone)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 # ---- compaction segments --------------------------------------------------

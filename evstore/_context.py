@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
 from . import _lifecycle
@@ -36,6 +36,15 @@ RETENTION_TAG = _lifecycle.RETENTION_TAG
 #: By default writers compact as they go: a segment at every 32 appends, merged 4 to 1 level by level.
 DEFAULT_AUTO_COMPACT = 32
 
+#: A writer trusts that its session lives (no tombstone, the same manifest) for this many seconds
+#: after it last read the manifest and listing; past that, it reads them again around its next append.
+DEFAULT_WRITER_LEASE = 60.0
+MAX_WRITER_LEASE = 300.0
+#: ``delete`` fences the session at once, and gc removes its objects only once its tombstone is this
+#: old: longer than any writer's lease, plus a margin for clock skew and requests in flight. Until
+#: then every seq up to the fence stays taken, so a stale writer's append meets a 412, never a free slot.
+FENCE_HOLD = timedelta(seconds=MAX_WRITER_LEASE + 300)
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -58,8 +67,12 @@ class StoreContext:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         concurrency: int = 16,
         auto_compact: int | None = DEFAULT_AUTO_COMPACT,
+        writer_lease: float = DEFAULT_WRITER_LEASE,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
+        lease_ok = isinstance(writer_lease, int | float) and not isinstance(writer_lease, bool)
+        if not lease_ok or not 0 <= writer_lease <= MAX_WRITER_LEASE:
+            raise InvalidInputError(f"writer_lease must be from 0 to {MAX_WRITER_LEASE:.0f} seconds")
         if auto_compact == 0:
             auto_compact = None
         if auto_compact is not None and not 2 <= auto_compact <= 100_000:
@@ -74,6 +87,8 @@ class StoreContext:
         self.concurrency = max(1, concurrency)
         #: Writers pack segments as they append, LSM-style, from this size up (None: only ``compact``).
         self.auto_compact = auto_compact
+        #: Seconds a writer trusts its session lives between reads of its manifest (see ``FENCE_HOLD``).
+        self.writer_lease = float(writer_lease)
         self.clock = clock
         #: (session id, uid, key id) -> the session's derived AES key.
         self.session_keys: dict[tuple[str, str, str], AESGCM] = {}

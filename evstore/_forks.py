@@ -4,8 +4,14 @@ that a fork keeps its parent's events alive.
 A fork is a manifest naming the parent, the fork seq and the hash of the
 parent's event there, plus a marker in the parent's prefix that keeps the
 parent's events while the fork lives: O(1) requests whatever the parent's
-length. Deleting a session with live forks leaves a tombstone and keeps its
-objects until gc finds no fork that needs them.
+length.
+
+Deleting a session writes its tombstone, then a fence: the tombstone's bytes at
+the seq after the head, so no append can land after the delete (a stale
+writer's PUT meets a 412 at the fence or before it). The objects stay, every
+seq up to the fence taken, until gc finds the tombstone older than
+``FENCE_HOLD`` (longer than any writer's lease: a writer past its lease reads
+its manifest again before it acknowledges) and no fork that needs them.
 """
 
 from __future__ import annotations
@@ -16,16 +22,23 @@ import msgspec
 
 from ._backends import ObjectExists
 from ._codec import ForkRef, Manifest, Retention, Tombstone, encode_json, encode_manifest, format_ts
-from ._context import StoreContext
+from ._context import FENCE_HOLD, StoreContext
 from ._errors import InvalidInputError, SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ._manifests import new_manifest, require_free
-from ._read import MAX_FORK_DEPTH, live_forks, load, read_meta
+from ._read import MAX_FORK_DEPTH, find_head, is_fence, live_forks, load, read_meta, tombstoned
+
+#: How many seqs past the head ``delete`` tries for its fence, each taken by an append racing it.
+FENCE_ATTEMPTS = 1000
 
 
 class DeleteResult(msgspec.Struct, frozen=True):
     session_id: str
-    removed: int
+    #: The seq of the fence: no append is acknowledged at it or after it.
+    fenced_at: int
+    #: Forks that read the session's events: gc keeps its objects while they live.
     kept_for_forks: list[str]
+    #: When gc may remove the objects (the tombstone's time + ``FENCE_HOLD``), forks aside.
+    removable_after: str
 
 
 def fork_manifest(
@@ -64,17 +77,42 @@ def forks_of(ctx: StoreContext, session_id: str, uid: str) -> list[str]:
 
 
 def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
-    """Delete a session. Its objects stay while a live fork needs them (gc reclaims them later)."""
-    manifest = load(ctx, session_id).manifest
-    tombstone = Tombstone(session_id, manifest.uid, format_ts(ctx.clock()))
-    try:
-        ctx.create_once(ctx.layout.tombstone_key(session_id), encode_json(tombstone), ctx.tags_for(manifest.retention))
-    except ObjectExists:
-        raise SessionNotFoundError(session_id, "was deleted") from None
-    live = forks_of(ctx, session_id, manifest.uid)
-    if live:
-        return DeleteResult(session_id, 0, live)
-    return DeleteResult(session_id, purge(ctx, session_id), [])
+    """Delete a session: every read says so at once, and no append lands after this returns.
+
+    Requests: GET manifest with the LIST of its non-event objects, the head's LIST
+    (``find_head``), PUT tombstone, PUT fence (one more per append that races it), a HEAD per
+    fork marker. Nothing is removed here: gc removes the objects once ``removable_after`` has
+    passed and no fork reads them. Running it again finishes a delete that was interrupted
+    between its tombstone and its fence (one GET more); after a complete one it raises
+    ``SessionNotFoundError``.
+    """
+    loaded = load(ctx, session_id, deleted_ok=True)
+    manifest = loaded.manifest
+    head = find_head(ctx, loaded)
+    if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
+        raise SessionNotFoundError(session_id, "was deleted")
+    now = ctx.clock()
+    tombstone = encode_json(Tombstone(session_id, manifest.uid, format_ts(now)))
+    tags = ctx.tags_for(manifest.retention)
+    if not loaded.meta.tombstone:
+        key = ctx.layout.tombstone_key(session_id)
+        try:
+            ctx.create_once(key, tombstone, tags)
+        except ObjectExists:
+            if tombstoned(ctx, manifest, msgspec.structs.replace(loaded.meta, tombstone=True)):
+                raise SessionNotFoundError(session_id, "was deleted") from None
+            ctx.backend.delete_many([key])  # an earlier incarnation's, left behind by the create of this one
+            ctx.create_once(key, tombstone, tags)
+    seq = head + 1
+    for _ in range(FENCE_ATTEMPTS):
+        try:
+            ctx.create_once(ctx.layout.event_key(session_id, seq), tombstone, tags)
+            break
+        except ObjectExists:
+            seq += 1  # an append landed there first: it is part of what is deleted
+    else:
+        raise StoreUnavailableError(f"session {session_id!r}: {FENCE_ATTEMPTS} appends raced the delete; run it again")
+    return DeleteResult(session_id, seq, forks_of(ctx, session_id, manifest.uid), format_ts(now + FENCE_HOLD))
 
 
 def purge(ctx: StoreContext, session_id: str) -> int:

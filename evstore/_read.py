@@ -45,11 +45,12 @@ from ._codec import (
     decode_envelope,
     decode_header,
     decode_manifest,
+    fence_of,
     header_aad,
     segment_offsets,
     sha256_hex,
 )
-from ._context import StoreContext
+from ._context import FENCE_HOLD, StoreContext
 from ._crypto import derive_session_key, open_sealed
 from ._errors import (
     IntegrityError,
@@ -108,14 +109,15 @@ class Meta(msgspec.Struct, frozen=True):
 
 
 def first_own_seq(manifest: Manifest) -> int:
-    """The session's first own seq: after the fork seq for a fork that references its parent, else 1."""
+    """The session's first own seq: after the fork seq for a fork that references its parent, else
+    after its base (1 unless the id was used before)."""
     parent = manifest.parent
-    return parent.seq + 1 if parent is not None and not parent.copied else 1
+    return parent.seq + 1 if parent is not None and not parent.copied else manifest.base + 1
 
 
 class Loaded(msgspec.Struct, frozen=True):
     manifest: Manifest
-    genesis: str  # sha256 of the manifest bytes: the prev of seq 1
+    genesis: str  # sha256 of the manifest bytes: the prev of the first own seq (unless a fork's)
     meta: Meta
 
     @property
@@ -164,6 +166,20 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
     return Meta(tombstone, sorted(segments), forks, salted, rekeyed)
 
 
+def tombstoned(ctx: StoreContext, manifest: Manifest, meta: Meta) -> bool:
+    """Whether this incarnation of the session was deleted: its listing shows a tombstone that
+    names its uid (one GET; an unreadable tombstone counts: only an operator writes one). A
+    tombstone of an earlier incarnation is what a create over a deleted id had yet to remove."""
+    if not meta.tombstone:
+        return False
+    try:
+        data = ctx.backend.get(ctx.layout.tombstone_key(manifest.sid), max_bytes=MAX_SMALL_OBJECT_BYTES).data
+    except ObjectMissing:
+        return False
+    tombstone = fence_of(data)
+    return tombstone is None or tombstone.uid == manifest.uid
+
+
 def first_name(ctx: StoreContext, session_id: str) -> str | None:
     """The session-relative name of the session's first object (events sort first): one LIST."""
     prefix = ctx.layout.session_prefix(session_id)
@@ -192,10 +208,14 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
         raise gone(ctx, session_id)
     manifest, genesis = found
     meta = listing.result() if listing is not None else read_meta(ctx, session_id)
+    if meta.tombstone and not tombstoned(ctx, manifest, meta):
+        meta = msgspec.structs.replace(meta, tombstone=False)  # an earlier incarnation's, left behind
     if meta.tombstone and not deleted_ok:
         # deleted, but its objects remain (forks still read them, or gc has not run yet)
         raise SessionNotFoundError(
-            session_id, "was deleted; its objects are kept while forks need them, so its id is taken until gc removes them"
+            session_id,
+            f"was deleted; its id is taken until gc removes its objects ({FENCE_HOLD.total_seconds() / 60:.0f} minutes "
+            "after the delete, and while forks need them)",
         )
     return Loaded(manifest, genesis, meta)
 
@@ -330,6 +350,25 @@ def decode_raw(manifest: Manifest, seq: int, data: bytes) -> RawEvent:
     if envelope.uid != manifest.uid:
         raise IntegrityError(manifest.sid, seq, "event belongs to another incarnation of the session")
     return RawEvent(manifest.sid, seq, data, envelope, _sha256(data).hexdigest())
+
+
+def decode_at(ctx: StoreContext, manifest: Manifest, seq: int, data: bytes) -> RawEvent:
+    """``decode_raw``, except that the fence of a delete that raced the caller (its tombstone's
+    bytes at the seq after the head, with the tombstone present) raises ``SessionNotFoundError``."""
+    try:
+        return decode_raw(manifest, seq, data)
+    except IntegrityError:
+        fence = fence_of(data)
+        if fence is not None and fence.uid == manifest.uid and ctx.has_object(ctx.layout.tombstone_key(manifest.sid)):
+            raise SessionNotFoundError(manifest.sid, "was deleted") from None
+        raise
+
+
+def is_fence(ctx: StoreContext, session_id: str, uid: str, seq: int) -> bool:
+    """Whether the object at ``seq`` is the fence of the incarnation ``uid``'s delete: one GET."""
+    data = get_event_bytes(ctx, session_id, seq)
+    fence = fence_of(data) if data is not None else None
+    return fence is not None and fence.uid == uid
 
 
 def check_key_id(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> None:
@@ -734,7 +773,7 @@ def lineage_batches(
     manifest = loaded.manifest
     parent = manifest.parent
     lineage_ids = (*_descendants, f"{manifest.sid}@{manifest.uid}")
-    prev: str | None = loaded.genesis if start <= 1 else None
+    prev: str | None = loaded.genesis if start <= loaded.first_own else None
     if parent is not None and not parent.copied:
         if len(lineage_ids) > MAX_FORK_DEPTH or f"{parent.sid}@{parent.uid}" in lineage_ids:
             raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
@@ -909,19 +948,21 @@ def follow(
     while not should_stop():
         page = ctx.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
         names = [info.key[len(prefix) :] for info in page.objects]
+        if "tombstone" in names:
+            raise SessionNotFoundError(session_id, "was deleted")  # before reading what may be its fence
         seqs = [seq for seq in map(parse_seq, names) if seq is not None]
         fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
         for seq, data in zip(seqs, fetched, strict=True):
             if seq != last + 1 or data is None:
                 raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
-            raw = decode_raw(manifest, seq, data)
+            raw = decode_at(ctx, manifest, seq, data)
             if prev_hash is not None and raw.envelope.prev != prev_hash:
                 raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
             yield to_event(ctx, manifest, raw)
             last, prev_hash = seq, raw.hash
             if should_stop():
                 return
-        if "tombstone" in names or (not page.truncated and "manifest" not in names):
+        if not page.truncated and "manifest" not in names:
             raise SessionNotFoundError(session_id, "was deleted")
         if not (page.truncated and len(seqs) == len(names)):
             sleep(interval)

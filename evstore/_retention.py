@@ -5,7 +5,9 @@ gc is session-granular and fork-aware. For each session prefix it removes:
 
 * remnants of expired sessions: no manifest (lifecycle rules delete object by
   object, the manifest, created first, first);
-* deleted sessions (tombstone) that no live fork needs, the tombstone last;
+* deleted sessions (tombstone) that no live fork needs, once the tombstone is
+  older than ``FENCE_HOLD`` (until then the fence keeps stale writers out:
+  see ``_forks``), the tombstone last;
 * orphans: objects of a prefix without a manifest (a stale writer's append
   after the session was removed) — the same case as a remnant;
 * fork markers whose fork no longer exists;
@@ -33,11 +35,11 @@ from typing import Literal
 from . import _lifecycle
 from ._backends import ObjectInfo, ObjectMissing
 from ._codec import MAX_SMALL_OBJECT_BYTES, Manifest, decode_manifest, parse_ts
-from ._context import StoreContext
+from ._context import FENCE_HOLD, StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
-from ._forks import delete, forks_of
-from ._ids import parse_fork_marker, parse_seq, validate_session_id
-from ._read import first_own_seq, list_sessions, read_manifest
+from ._forks import delete
+from ._ids import parse_fork_marker, parse_segment, parse_seq, validate_session_id
+from ._read import Meta, first_own_seq, list_sessions, live_forks, read_manifest, tombstoned
 
 #: gc never touches an object younger than this unless told otherwise.
 DEFAULT_GRACE = timedelta(days=1)
@@ -56,6 +58,9 @@ class GcReport:
     sessions_removed: int = 0
     uploads_aborted: int = 0
     kept_young: int = 0
+    #: Sessions beyond ``keep`` that this run deleted: fenced now, their objects removed by a
+    #: gc run once ``FENCE_HOLD`` has passed.
+    sessions_deleted: int = 0
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     #: Sessions gc would not judge, with why: an undecodable manifest, missing first events.
@@ -176,21 +181,14 @@ def collect(
 
 
 def _remove_for_keep(ctx: StoreContext, session_id: str, deleter: _Deleter, report: GcReport) -> None:
-    """Delete a session beyond the keep count, as ``delete`` would (forks keep it)."""
-    if report.dry_run:
-        for info in _listing(ctx, ctx.layout.session_prefix(session_id), report):
-            deleter.remove(info, "beyond keep count")
-        report.sessions_removed += 1
-        return
-    deleter.flush_all()
-    try:
-        result = delete(ctx, session_id)
-    except SessionNotFoundError:
-        return  # deleted meanwhile
-    if not result.kept_for_forks:
-        report.sessions_removed += 1
-        report.objects_removed += result.removed
-        report.count("beyond keep count", result.removed)
+    """Delete a session beyond the keep count with ``delete`` (a later run removes its objects)."""
+    if not report.dry_run:
+        deleter.flush_all()
+        try:
+            delete(ctx, session_id)
+        except SessionNotFoundError:
+            return  # deleted meanwhile
+    report.sessions_deleted += 1
 
 
 def _collect_session(
@@ -216,13 +214,18 @@ def _collect_session(
         if first_page.truncated:
             yield from _listing(ctx, prefix, report, first_page.next_start_after)
 
-    names = {o.key[len(prefix) :] for o in first_page.objects}
+    named = {o.key[len(prefix) :]: o for o in first_page.objects}
     if first_page.truncated:
-        names |= {o.key[len(prefix) :] for o in ctx.backend.list(prefix, start_after=layout.after_events(session_id))}
+        named |= {o.key[len(prefix) :]: o for o in ctx.backend.list(prefix, start_after=layout.after_events(session_id))}
         report.requests += 1
+    names = set(named)
     first_seq = next((s for o in first_page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None), None)
+    # an event older than the manifest is an earlier incarnation's (a create over a deleted id)
+    earlier = (
+        "manifest" in named and first_seq is not None and first_page.objects[0].last_modified < named["manifest"].last_modified
+    )
     needs_manifest = "manifest" in names and (
-        bool(rules) or "tombstone" in names or any(n.startswith("forks/") for n in names) or first_seq not in (None, 1)
+        bool(rules) or "tombstone" in names or any(n.startswith("forks/") for n in names) or first_seq not in (None, 1) or earlier
     )
     manifest = _manifest(ctx, session_id, report) if needs_manifest else None
     if "manifest" in names and not needs_manifest:
@@ -251,14 +254,21 @@ def _collect_session(
     if manifest is None:
         remove_all("expired remnant or orphan" if "tombstone" not in names else "deleted")
         return None
+    if "tombstone" in names and not tombstoned(ctx, manifest, Meta(tombstone=True)):
+        deleter.remove(named["tombstone"], "an earlier incarnation's tombstone")
+        names.discard("tombstone")
     if "tombstone" in names:
-        if not forks_of(ctx, session_id, manifest.uid):
+        if named["tombstone"].last_modified > now - FENCE_HOLD:
+            report.kept_young += len(named)  # fenced: stale writers' leases may still run
+        elif not live_forks(ctx, manifest.uid, [m for n in names if (m := parse_fork_marker(n)) is not None]):
             remove_all("deleted")
         return None
     if first_seq is not None and first_seq > first_own:
         # expired piecewise, or a junk object under a live manifest: only the manifest's own
         # expiry (by the rules, below) or a tombstone may remove a session
         report.left_alone[session_id] = f"its first events are missing (the first listed is seq {first_seq})"
+    if manifest.base and first_seq is not None and first_seq <= manifest.base:
+        _remove_earlier_incarnation(manifest, named, deleter, report, min(cutoff, now - FENCE_HOLD))
     if not rules and not any(n.startswith("forks/") for n in names):
         return manifest  # read only to place the first seq of a fork: nothing to collect
     tags = ctx.tags_for(manifest.retention)
@@ -274,6 +284,24 @@ def _collect_session(
         elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(ctx, marker, manifest.uid, report):
             deleter.remove(info, "dead fork marker")
     return manifest
+
+
+def _remove_earlier_incarnation(
+    manifest: Manifest, named: dict[str, ObjectInfo], deleter: _Deleter, report: GcReport, before: datetime
+) -> None:
+    """The events, fence and segments a deleted session left below the base of the session
+    created over it, once this manifest is older than ``before`` (so the delete is, too)."""
+    old = [
+        info
+        for name, info in named.items()
+        if ((seq := parse_seq(name)) is not None and seq <= manifest.base)
+        or ((segment := parse_segment(name)) is not None and segment[1] <= manifest.base)
+    ]
+    if named["manifest"].last_modified > before:
+        report.kept_young += len(old)
+        return
+    for info in old:
+        deleter.remove(info, "earlier incarnation")
 
 
 def _fork_alive(ctx: StoreContext, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:

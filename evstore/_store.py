@@ -24,7 +24,7 @@ from ._audit import RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
-from ._context import DEFAULT_AUTO_COMPACT, StoreContext, utc_now
+from ._context import DEFAULT_AUTO_COMPACT, DEFAULT_WRITER_LEASE, StoreContext, utc_now
 from ._crypto import Keyring
 from ._forks import DeleteResult
 from ._ids import Layout
@@ -56,6 +56,7 @@ class Store:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         concurrency: int = 16,
         auto_compact: int | None = DEFAULT_AUTO_COMPACT,
+        writer_lease: float = DEFAULT_WRITER_LEASE,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.shared = StoreContext(
@@ -66,6 +67,7 @@ class Store:
             max_event_bytes=max_event_bytes,
             concurrency=concurrency,
             auto_compact=auto_compact,
+            writer_lease=writer_lease,
             clock=clock,
         )
 

@@ -186,7 +186,7 @@ def open_store(
     Network settings (S3): the arguments, else ``EVSTORE_CONNECT_TIMEOUT``, ``EVSTORE_READ_TIMEOUT``,
     ``EVSTORE_MAX_ATTEMPTS`` (else ``AWS_MAX_ATTEMPTS``), ``EVSTORE_RETRY_DEADLINE``; ``on_retry``
     gets a one-line note each time a request is retried.
-    ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``clock``).
+    ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``writer_lease``, ``clock``).
     """
     env = os.environ if environ is None else environ
     network = NetworkSettings.resolve(

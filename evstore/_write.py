@@ -4,7 +4,11 @@ start a writer, and packing events into segments.
 Requests:
 
 * append, steady state: 1 PUT. A 412 costs one GET to tell a lost response of
-  our own (success) from another writer's event (conflict).
+  our own (success) from another writer's event (conflict). Once per
+  ``writer_lease`` (60 s) a writer reads its manifest and listing again before
+  it appends (one round trip of 2 requests): a delete's fence holds every seq
+  only that long (see ``_forks``), so a writer past its lease must learn that
+  its session still lives before it acknowledges.
 * open an existing session: GET manifest, LIST of its non-event objects, LIST
   from the newest segment (or seq 1), GET of the head event: 4 requests while
   fewer than 1,000 events follow the newest segment (see ``_read.find_head``).
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -51,7 +56,7 @@ from ._crypto import seal
 from ._errors import EvstoreError, IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError, WriteConflictError
 from ._forks import fork_manifest
 from ._ids import MAX_SEQ, validate_seq, validate_session_id
-from ._manifests import create_manifest, new_manifest
+from ._manifests import claim, create_manifest, new_manifest, require_free
 from ._read import Loaded, Meta
 from ._views import ContextFolder, Repair
 
@@ -113,6 +118,10 @@ class Session:
         self._keys: dict[str, int] = {}
         self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
         self._know(head, head_key)
+        #: When this writer last saw its session live (its manifest, no tombstone), on the monotonic
+        #: clock and the store's: built just after its caller read them (``FENCE_HOLD``'s margin
+        #: covers the gap). The lease lapses when either clock says so.
+        self._lease_from = (time.monotonic(), ctx.clock())
 
     @property
     def id(self) -> str:
@@ -220,15 +229,28 @@ class Session:
 
     def _adopt_head(self) -> None:
         ctx = self._ctx
-        loaded = _read.load(ctx, self.id)
-        if loaded.manifest.uid != self.manifest.uid:
-            raise SessionNotFoundError(self.id, "was deleted and created again")
+        loaded = self._confirm_alive()
         known = self._head if self._head >= loaded.first_own else 0
         head = _read.find_head(ctx, loaded, known)
         if head > self._head:
             self._head, self._head_hash, self._seal_kid, head_key = head_state(ctx, loaded, head)
             self._know(head, head_key)
             self._window_read = False  # other writers' events came: the window moved
+
+    def _confirm_alive(self) -> Loaded:
+        """Read the manifest and listing again (one round trip) and renew the lease; raise
+        ``SessionNotFoundError`` or ``SessionExpiredError`` unless this writer's session lives."""
+        started = (time.monotonic(), self._ctx.clock())
+        loaded = _read.load(self._ctx, self.id)
+        if loaded.manifest.uid != self.manifest.uid:
+            raise SessionNotFoundError(self.id, "was deleted and created again")
+        self._lease_from = started
+        return loaded
+
+    def _lease_lapsed(self) -> bool:
+        since, since_clock = self._lease_from
+        lease = self._ctx.writer_lease
+        return time.monotonic() - since >= lease or (self._ctx.clock() - since_clock).total_seconds() >= lease
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
         kid = self._seal_kid
@@ -257,6 +279,8 @@ class Session:
         else:
             envelope = msgspec.structs.replace(envelope, sealed=b64encode(seal(key, plaintext, header_aad(envelope))))
         data = encode_json(envelope)
+        if self._lease_lapsed():
+            self._confirm_alive()
         try:
             ctx.backend.create(
                 ctx.layout.event_key(self.id, seq),
@@ -266,6 +290,8 @@ class Session:
             )
         except ObjectExists:
             data = self._resolve_taken(seq, write_id, idempotency_key)
+        if self._lease_lapsed():
+            self._confirm_alive()  # the PUT outlasted the lease: only a live session's append is acknowledged
         self._head, self._head_hash = seq, sha256_hex(data)
         self._know(seq, idempotency_key)
         if ctx.auto_compact is not None:
@@ -312,7 +338,11 @@ class Session:
             raise WriteConflictError(self.id, seq, "the event there was removed meanwhile") from None
         if stored.metadata.get(WRITE_ID_METADATA) == write_id:
             return stored.data
-        if idempotency_key is not None and _read.decode_raw(self.manifest, seq, stored.data).envelope.idem == idempotency_key:
+        try:
+            raw = _read.decode_at(ctx, self.manifest, seq, stored.data)  # a delete's fence: not found
+        except IntegrityError:
+            raise WriteConflictError(self.id, seq, "an object that is no event of this session is there") from None
+        if idempotency_key is not None and raw.envelope.idem == idempotency_key:
             return stored.data  # the same append, landed by another process: its seq is the answer
         raise WriteConflictError(self.id, seq)
 
@@ -330,11 +360,11 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     if head < loaded.first_own:
         if parent is not None and not parent.copied:
             return parent.seq, parent.hash, manifest.kid, None
-        return 0, loaded.genesis, manifest.kid, None
+        return manifest.base, loaded.genesis, manifest.kid, None
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
-    raw = _read.decode_raw(manifest, head, data)
+    raw = _read.decode_at(ctx, manifest, head, data)
     if raw.envelope.kid is not None and ctx.keyring.get(raw.envelope.kid) is not None:
         _read.open_body(ctx, manifest, raw)  # a wrong key under the right id must not seal what follows
     return head, raw.hash, raw.envelope.kid, raw.envelope.idem
@@ -343,23 +373,30 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
 def create(ctx: StoreContext, session_id: str, *, retention: Retention = "permanent") -> Session:
     """Create a new, empty session; ``SessionExistsError`` if the id is taken."""
     validate_session_id(session_id)
-    manifest = new_manifest(ctx, session_id, retention, None)
-    genesis = create_manifest(ctx, manifest)
-    return Session(ctx, manifest, 0, genesis, manifest.kid)
+    base, replaces = claim(ctx, session_id)
+    manifest = msgspec.structs.replace(new_manifest(ctx, session_id, retention, None), base=base)
+    genesis = create_manifest(ctx, manifest, replaces)
+    return Session(ctx, manifest, base, genesis, manifest.kid)
 
 
 def open_session(
     ctx: StoreContext, session_id: str, *, create_missing: bool = False, retention: Retention = "permanent"
 ) -> Session:
-    """A writer for the session, at its current head. With ``create_missing``, a missing session is created."""
+    """A writer for the session, at its current head. With ``create_missing``, a missing (or
+    deleted) session is created."""
     validate_session_id(session_id)
     found = _read.read_manifest(ctx, session_id)
-    if create_missing and found is None:
+    try:
+        if create_missing and found is None:
+            raise SessionNotFoundError(session_id)
+        loaded = _read.load(ctx, session_id, found=found)
+    except SessionNotFoundError:
+        if not create_missing:
+            raise
         try:
             return create(ctx, session_id, retention=retention)
         except SessionExistsError:
-            pass  # created concurrently (or deleted): open what is there
-    loaded = _read.load(ctx, session_id, found=found)
+            loaded = _read.load(ctx, session_id)  # created concurrently: open what is there
     return Session(ctx, loaded.manifest, *head_state(ctx, loaded, _read.find_head(ctx, loaded)))
 
 
@@ -393,6 +430,7 @@ def _fork_by_copy(ctx: StoreContext, loaded: Loaded, target: str, at: int, reten
         raise InvalidInputError(f"session {loaded.manifest.sid!r} has no event at seq {at}")
     ref = ForkRef(loaded.manifest.sid, loaded.manifest.uid, at, events[-1].hash, copied=True)
     manifest = new_manifest(ctx, target, retention, ref)
+    require_free(ctx, target)
     session = Session(ctx, manifest, 0, create_manifest(ctx, manifest), manifest.kid)
     for event in events:
         session._append_body(event.body, None)

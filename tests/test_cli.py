@@ -194,8 +194,9 @@ def test_list_info_and_delete(run: Run) -> None:
     info = json.loads(run("info", "a", "--json").output)
     assert (info["session"], info["head"], info["retention"], info["encrypted"]) == ("a", 1, "permanent", False)
     assert [json.loads(line)["session"] for line in run("list", "--json").output.splitlines()] == ["a", "b", "c"]
-    assert "removed" in run("delete", "a").output
-    assert run("list").output == "b\nc\n"
+    assert run("delete", "a").output.startswith("deleted a (fenced at seq 2); gc removes its objects after ")
+    assert run("list").output == "a\nb\nc\n"  # its objects stay until gc, past the fence hold
+    assert run("list", "--long").output.splitlines()[-1].startswith("a\t(deleted")
 
 
 def test_forks_rewind_and_views_through_the_command(run: Run) -> None:

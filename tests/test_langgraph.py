@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -28,6 +29,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send
 
 from evstore import AsyncStore, IntegrityError, InvalidInputError, Keyring, LocalStore, MemoryStore, Store, WriteConflictError
+from evstore._context import FENCE_HOLD
 from evstore._ids import validate_session_id
 from evstore.integrations.langgraph import EvstoreSaver, decode_session_id, session_id_for
 
@@ -606,8 +608,9 @@ def test_prune_and_delete_for_runs_retract_and_delete_thread_frees() -> None:
     assert sum(1 for _ in store.replay(session_id_for("lg-", "t"))) == 3
     saver.delete_thread("t")
     saver.delete_thread("other")
-    assert stored_bytes(store) == 0
     assert saver.get_tuple(cfg("t")) is None
+    store.gc(grace=timedelta(0), now=datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1))  # past the fence hold
+    assert stored_bytes(store) == 0
 
 
 def test_copy_thread_is_a_fork_of_constant_cost() -> None:

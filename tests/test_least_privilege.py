@@ -40,7 +40,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -52,6 +52,7 @@ from botocore.config import Config
 
 from evstore import Keyring, SessionNotFoundError, Store, StoreUnavailableError, generate_key
 from evstore._backends._s3 import S3Store
+from evstore._context import FENCE_HOLD
 from evstore._lifecycle import evstore_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -500,9 +501,10 @@ def test_auditor_cannot_read_outside_the_store_prefix(audited: Roles) -> None:
 
 def test_operator_can_delete_a_session(audited: Roles) -> None:
     store = audited.store("operator")
-    assert store.delete("scratch").kept_for_forks == []
+    assert store.delete("scratch").kept_for_forks == []  # a tombstone and a fence: both PUTs
     with pytest.raises(SessionNotFoundError):
         store.info("scratch")
+    store.gc(grace=timedelta(0), now=datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1))
     assert list(store.backend.list(f"{ROOT}/sessions/scratch/")) == []
 
 
@@ -536,7 +538,9 @@ def test_operator_can_gc_a_deleted_session(audited: Roles) -> None:
     store = audited.store("operator")
     assert store.delete("audited").kept_for_forks == ["audited-fork"]
     store.delete("audited-fork")  # the parent's remnants are now gc's to remove
-    report = store.gc(grace=timedelta(0))
+    later = datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1)
+    report = store.gc(grace=timedelta(0), now=later)
+    report.objects_removed += store.gc(grace=timedelta(0), now=later).objects_removed  # the fork first, then the parent
     assert report.objects_removed > 0
     assert list(store.backend.list(f"{ROOT}/sessions/audited/")) == []
 

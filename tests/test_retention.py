@@ -8,6 +8,7 @@ import pytest
 
 from evstore import MemoryStore, SessionExpiredError, SessionNotFoundError, Store
 from evstore import _lifecycle as lc
+from evstore._context import FENCE_HOLD
 from evstore._retention import parse_duration, parse_time
 
 from .helpers import CountingStore, msg
@@ -177,9 +178,13 @@ def test_gc_keeps_a_deleted_parent_while_a_fork_needs_it_then_reclaims_it(timed:
     clock.advance(days=5)
     assert timed.gc().objects_removed == 0
     assert [m["content"] for e in timed.replay("f") for m in e.messages] == ["p-0", "p-1", "own"]
-    timed.delete("f")  # no forks of its own: removed at once
-    report = timed.gc()
-    assert report.reasons == {"deleted": 6} and listing(timed) == {}
+    timed.delete("f")  # no forks of its own: removed once the fence hold has passed
+    assert timed.gc().objects_removed == 0
+    clock.advance(days=2)
+    assert timed.gc().reasons == {"deleted": 4}  # f: its event, manifest, fence, tombstone
+    # p's last fork went in that run's batch, after p was judged: the next run removes p
+    # (3 events, manifest, fork marker, fence, tombstone)
+    assert timed.gc().reasons == {"deleted": 7} and listing(timed) == {}
     timed.create("p")  # the id is free again
 
 
@@ -204,9 +209,9 @@ def test_dry_run_changes_nothing_and_reports_the_plan(timed: Store, clock: Clock
     planned: list[tuple[str, str]] = []
     report = timed.gc(dry_run=True, on_remove=lambda key, size, reason: planned.append((key, reason)))
     assert listing(timed) == before
-    assert report.objects_removed == len(planned) == 3
-    assert {key.split("/")[2] for key, _ in planned} == {"orphan"}
-    assert timed.gc().objects_removed == 3
+    assert report.objects_removed == len(planned) == 3 + 6  # d: 3 events, manifest, fence, tombstone
+    assert {key.split("/")[2] for key, _ in planned} == {"orphan", "d"}
+    assert timed.gc().objects_removed == 9
 
 
 def test_dead_fork_markers_are_removed_live_ones_kept(timed: Store, clock: Clock) -> None:
@@ -227,23 +232,13 @@ def test_keep_count_keeps_the_newest_ephemeral_sessions_under_a_prefix(timed: St
     filled(timed, "autosave-named", n=1)  # permanent: never counted
     filled(timed, "other-0", n=1, retention="ephemeral")
     report = timed.gc(keep=2, prefix="autosave-")
-    assert report.sessions_removed == 3
-    assert sorted(timed.list_sessions()) == ["autosave-3", "autosave-4", "autosave-named", "other-0"]
-
-
-def test_a_stale_writer_after_gc_cannot_make_a_session_with_a_hole(timed: Store, clock: Clock) -> None:
-    stale = timed.open("s", create=True, retention="ephemeral")
+    assert report.sessions_deleted == 3 and report.sessions_removed == 0
     for i in range(3):
-        stale.append(msg(f"m{i}"))
-    timed.apply_lifecycle(1)
-    clock.advance(days=3)
-    timed.gc(apply_lifecycle=True)
-    assert stale.append(msg("late")) == 4  # lands in a prefix with no manifest
-    with pytest.raises(SessionExpiredError):
-        list(timed.replay("s"))
+        with pytest.raises(SessionNotFoundError, match="was deleted"):
+            timed.open(f"autosave-{i}")
     clock.advance(days=2)
-    assert timed.gc().reasons == {"expired remnant or orphan": 1}
-    assert listing(timed) == {}
+    assert timed.gc(keep=2, prefix="autosave-").sessions_removed == 3  # past the fence hold
+    assert sorted(timed.list_sessions()) == ["autosave-3", "autosave-4", "autosave-named", "other-0"]
 
 
 def test_preview_lists_what_the_rules_will_expire_by_a_date(timed: Store) -> None:
@@ -264,12 +259,13 @@ def test_gc_streams_with_requests_about_list_pages_plus_batch_deletes() -> None:
     for i in range(0, 30, 2):
         store.delete(f"s{i:02d}") if i % 4 else store.backend.delete_many([store.layout.manifest_key(f"s{i:02d}")])
     counting.reset()
-    report = store.gc(grace=timedelta(0), now=datetime.now(UTC) + timedelta(seconds=1))
-    assert report.objects_removed == 8 * 40
-    assert counting.counts["DELETE"] == 1  # 320 keys fit one batch
-    # sessions, one page for each of the 23 left (reused to remove), incomplete uploads
-    assert counting.counts["LIST"] == 1 + 23 + 1
-    assert counting.counts["GET"] == 0
+    report = store.gc(grace=timedelta(0), now=datetime.now(UTC) + FENCE_HOLD + timedelta(seconds=1))
+    # 8 remnants of 40 events; 7 deleted sessions of 40 events, manifest, fence and tombstone
+    assert report.objects_removed == 8 * 40 + 7 * 43
+    assert counting.counts["DELETE"] == 2  # 614 keys fit one batch; the 7 tombstones go after it
+    # sessions, one page for each of the 30 (reused to remove), incomplete uploads
+    assert counting.counts["LIST"] == 1 + 30 + 1
+    assert counting.counts["GET"] == 7  # the manifests of the deleted ones
 
 
 @pytest.mark.parametrize(

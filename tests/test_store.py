@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import msgspec
 import pytest
 
@@ -15,6 +17,7 @@ from evstore import (
     Store,
     WriteConflictError,
 )
+from evstore._context import FENCE_HOLD
 from evstore._ids import format_seq
 
 from .helpers import CountingStore, msg
@@ -330,28 +333,21 @@ def test_info_reports_head_created_and_retention(memory_store: Store) -> None:
     assert info.created.endswith("Z")
 
 
-def test_delete_removes_every_object_and_frees_the_id(store: Store) -> None:
+def test_delete_hides_the_session_at_once_and_gc_removes_it_after_the_fence_hold(store: Store) -> None:
     writer = store.open("s", create=True)
     for i in range(3):
         writer.append(msg(f"m{i}"))
     result = store.delete("s")
-    assert result.removed == 5 and result.kept_for_forks == []
-    assert list(store.backend.list("root/sessions/s/")) == []
+    assert result.fenced_at == 4 and result.kept_for_forks == []
     with pytest.raises(SessionNotFoundError):
         list(store.replay("s"))
     with pytest.raises(SessionNotFoundError):
         store.delete("s")
-    store.open("s", create=True).append(msg("new life"))
+    report = store.gc(grace=timedelta(0), now=datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1))
+    assert report.objects_removed == 6  # 3 events, the manifest, the fence, the tombstone
+    assert list(store.backend.list("root/sessions/s/")) == []
+    assert store.open("s", create=True).append(msg("new life")) == 1  # an empty prefix: seqs from 1 again
     assert [e.messages[0]["content"] for e in store.replay("s")] == ["new life"]
-
-
-def test_a_stale_writer_after_delete_cannot_revive_a_valid_session(memory_store: Store) -> None:
-    stale = memory_store.open("s", create=True)
-    stale.append(msg("a"))
-    memory_store.delete("s")
-    stale.append(msg("into the void"))  # lands in a freed slot with no manifest: an orphan
-    with pytest.raises(SessionExpiredError):
-        list(memory_store.replay("s"))
 
 
 def test_retention_must_be_known(memory_store: Store) -> None:
@@ -441,7 +437,14 @@ def test_a_lost_response_on_create_or_fork_is_our_own_success() -> None:
     fork = store.fork("s", "f")
     store.delete("f")
     backend.create = real_create  # type: ignore[method-assign]
-    assert fork.head == 1 and store.info("s").forks == []
+    assert fork.head == 1
+    with pytest.raises(SessionNotFoundError, match="was deleted"):
+        store.open("f")  # the tombstone and the fence each met their own bytes: both landed once
+    assert [name for name in (o.key.rsplit("/", 1)[1] for o in store.backend.list("root/sessions/f/"))] == [
+        "00000000000000000002",
+        "manifest",
+        "tombstone",
+    ]
     assert [e.messages[0]["content"] for e in store.replay("s")] == ["a"]
 
 

@@ -553,7 +553,7 @@ class EvstoreSessionService(BaseSessionService):
                 "time": now,
                 "state": own,
             }
-            seq = writer.append({"role": "system", "content": None, "meta": {META_KEY: record}}, expected_head=0)
+            seq = writer.append({"role": "system", "content": None, "meta": {META_KEY: record}}, expected_head=writer.head)
             uid = writer.manifest.uid
             self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", own)
             with self._lock:

@@ -51,6 +51,7 @@ class World:
     env: dict[str, str]
     day1: S3Store
     day2: S3Store
+    stale_writer: Any = None  # a writer of an ephemeral day1 session, opened before it expires
     late_writer: threading.Thread | None = None
     late_errors: list[BaseException] = field(default_factory=list)
 
@@ -130,6 +131,8 @@ def world(rgw: Any) -> Iterator[World]:
     late_perm = two.open("late-b-perm", create=True)
     late_perm.append([say("stays")])
 
+    world.stale_writer = Store(world.day1, root="root", writer_lease=1.0).open("eph-stale", create=True, retention="ephemeral")
+    world.stale_writer.append([say("before the expiry")])
     eph = one.open("eph", create=True, retention="ephemeral")
     for text in ("e1", "e2", "e3"):
         eph.append([say(text)])
@@ -157,6 +160,16 @@ def _late_state(world: World, session: str) -> list[str]:
 
 def test_rgw_lifecycle_deletes_every_object_of_an_ephemeral_session(world: World) -> None:
     wait_until(lambda: keys(world.day1, "eph") == [], "the ephemeral session's objects to expire")
+
+
+def test_a_writer_opened_before_the_expiry_is_refused_after_it_and_nothing_lands(world: World) -> None:
+    """The lifecycle removed the session under a live writer: past its lease (1 s here), the
+    writer reads its manifest before it appends, finds none, and is told; no orphan lands."""
+    wait_until(lambda: keys(world.day1, "eph-stale") == [], "the stale writer's session to expire")
+    time.sleep(1.0)  # the lease, so the next append must look first (on a fast pass it might not have lapsed)
+    with pytest.raises((SessionNotFoundError, SessionExpiredError)):
+        world.stale_writer.append([say("after the expiry")])
+    assert keys(world.day1, "eph-stale") == []
 
 
 def test_replay_of_a_fully_expired_session_exits_3(world: World) -> None:
