@@ -328,8 +328,8 @@ def replay(state: Context, session: str, fmt: str, view: str, repair: str, start
 def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: bool, as_json: bool) -> None:
     """List the session ids that have objects in the store, in order.
 
-    That includes sessions deleted while forks still read them and expired remnants
-    (their ids stay taken until gc removes them); --long, --tree and --json mark them.
+    That includes deleted sessions whose objects gc has yet to remove (after the fence hold,
+    or later while forks read them) and expired remnants; --long, --tree and --json mark them.
     """
     store = state.store
     ids = store.list_sessions(prefix, limit=limit)
@@ -365,7 +365,7 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
 
 #: What ``list`` says about an id that has objects but no live session.
 GONE_NOTES = {
-    "deleted": "deleted; the id is taken until gc removes it (after the fence hold, and while forks read it)",
+    "deleted": "deleted; gc removes it after the fence hold (not while forks read it); the id can be created again",
     "expired": "expired; remnants until gc removes them",
     "no manifest": "no manifest; remnants until gc removes them",
 }

@@ -214,8 +214,8 @@ def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found:
         # deleted, but its objects remain (forks still read them, or gc has not run yet)
         raise SessionNotFoundError(
             session_id,
-            f"was deleted; its id is taken until gc removes its objects ({FENCE_HOLD.total_seconds() / 60:.0f} minutes "
-            "after the delete, and while forks need them)",
+            f"was deleted; gc removes its objects {FENCE_HOLD.total_seconds() / 60:.0f} minutes on (not while forks "
+            "need them), and creating it again starts a new session",
         )
     return Loaded(manifest, genesis, meta)
 

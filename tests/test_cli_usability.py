@@ -322,7 +322,7 @@ def test_list_marks_deleted_sessions_kept_for_forks_in_every_form(run: Run) -> N
     assert ok(run("list")).split() == ["child", "parent", "solo"]  # ids that have objects, as documented
     long_lines = ok(run("list", "--long")).splitlines()
     assert [line.split("\t")[0] for line in long_lines] == ["child", "solo", "parent"]
-    assert "deleted; the id is taken until gc removes it (after the fence hold, and while forks read it)" in long_lines[-1]
+    assert "deleted; gc removes it after the fence hold (not while forks read it)" in long_lines[-1]
     assert {"session": "parent", "state": "deleted"} in [json.loads(x) for x in ok(run("list", "--json")).splitlines()]
     assert ok(run("list", "--tree")).splitlines() == ["solo (head 1)", "parent (deleted)", "  └─ child @1 (head 1)"]
     # reusing the id says why it is taken

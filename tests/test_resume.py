@@ -99,9 +99,15 @@ def written(store: Store, sid: str, n: int) -> None:
 
 
 def test_the_chain_measure_tells_parallel_requests_from_dependent_ones() -> None:
-    delayed = DelayedStore(MemoryStore(), 0.05)
+    delayed = DelayedStore(MemoryStore(), 0.5)  # long enough that three threads start within it on a busy machine
     delayed.inner.create("a", b"1")
-    threads = [threading.Thread(target=delayed.get, args=("a",)) for _ in range(3)]
+    together = threading.Barrier(3)
+
+    def get() -> None:
+        together.wait(timeout=30)
+        delayed.get("a")
+
+    threads = [threading.Thread(target=get) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
