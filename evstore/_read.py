@@ -7,7 +7,8 @@ Requests (N = events, S = segments):
 
 * load: GET manifest, LIST of the non-event objects (names after the digits).
 * find the head: one LIST from the newest segment (or seq 1) while fewer than
-  1,000 events follow it; beyond that, HEAD probes that gallop and bisect:
+  1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
+  ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
   O(log N) in the worst case.
 * replay: load, one GET per segment (4 ahead), then a LIST per 1,000 loose
   events and their GETs, ``2 * concurrency`` in flight.
@@ -77,6 +78,10 @@ MAX_FORK_DEPTH = 100
 _sha256 = hashlib.sha256
 #: A checked segment's events are built this many at a time.
 _BATCH = 256
+#: The first LIST page of a loose tail asks for this many keys (continuation pages for 1,000):
+#: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
+#: names of every segment (the client parses each). Request counts change only for a tail this long.
+_TAIL_FIRST_PAGE = 64
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -246,13 +251,24 @@ def _event_names(
         page = ctx.backend.list_page(prefix, start_after=page.next_start_after)
 
 
-def _tail_page(ctx: StoreContext, session_id: str, after: int) -> tuple[list[int], bool]:
-    """Seqs listed by one LIST page after seq ``after``, and whether more events may follow."""
+def _tail_page(ctx: StoreContext, session_id: str, after: int, *, short: bool = False) -> tuple[list[int], bool]:
+    """Seqs listed after seq ``after``, and whether more events may follow: one LIST page of
+    1,000 keys or, ``short``, a page of ``_TAIL_FIRST_PAGE`` keys and, when names up to the
+    events' end fill it, a second of 1,000. Either way the seqs are all those that follow,
+    or at least the next 1,000."""
     prefix = ctx.layout.session_prefix(session_id)
-    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, after) if after else "")
-    names = [o.key[len(prefix) :] for o in page.objects]
-    seqs = [s for name in names if (s := parse_seq(name)) is not None]
-    return seqs, page.truncated and bool(names) and names[-1] <= _LAST_SEQ_NAME
+    start = ctx.layout.event_key(session_id, after) if after else ""
+    seqs: list[int] = []
+    more = False
+    for max_keys in (_TAIL_FIRST_PAGE, 1000) if short else (1000,):
+        page = ctx.backend.list_page(prefix, start_after=start, max_keys=max_keys)
+        names = [o.key[len(prefix) :] for o in page.objects]
+        seqs += [s for name in names if (s := parse_seq(name)) is not None]
+        more = page.truncated and bool(names) and names[-1] <= _LAST_SEQ_NAME
+        if not more:
+            break
+        start = page.next_start_after
+    return seqs, more
 
 
 def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
@@ -261,9 +277,11 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
 
     A segment's name is a hint, never the head: the LIST starts one seq before the
     segment's end and must show the loose event there (loose events always remain),
-    else the segment is passed over. One LIST when fewer than 1,000 events follow;
-    otherwise HEAD probes gallop up from the end of that page (doubling the step)
-    and then bisect, until 1,000 events remain for a final LIST.
+    else the segment is passed over. One LIST when fewer than 1,000 events follow
+    (in a session with segments, whose names follow the events, the first page is
+    short: two LISTs when 64 to 1,063 events follow, see ``_tail_page``); otherwise
+    HEAD probes gallop up from the end of those pages (doubling the step) and then
+    bisect, until 1,000 events remain for a final LIST.
     Raises ``SessionExpiredError`` when the session's first own event is gone.
     """
     session_id = loaded.manifest.sid
@@ -272,13 +290,14 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
     seqs: list[int] = []
     more = False
     floor = known
+    short = bool(loaded.meta.segments)  # segment names follow the events: a short first page
     for candidate in floors[:3]:  # a few: planted segment names must not cost a LIST each
-        seqs, more = _tail_page(ctx, session_id, candidate - 1)
+        seqs, more = _tail_page(ctx, session_id, candidate - 1, short=short)
         if seqs and seqs[0] == candidate:
             floor = candidate
             break
     else:
-        seqs, more = _tail_page(ctx, session_id, known)
+        seqs, more = _tail_page(ctx, session_id, known, short=short)
     if floor == 0 and seqs and seqs[0] > loaded.first_own:
         raise SessionExpiredError(session_id, f"its first events are gone (seq {loaded.first_own} is missing)")
     low = seqs[-1] if seqs else floor
@@ -725,11 +744,16 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
 
 
 def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, early: _EarlyGets) -> ListPage:
-    """The first LIST page of the loose events from ``start`` on; once it answers, the GETs of
-    its first ``2 * concurrency`` events (to ``end``) go out into ``early``: the GETs the
-    stream would send first when it reaches them."""
+    """The first LIST page of the loose events from ``start`` on (``_TAIL_FIRST_PAGE`` keys, or
+    ``2 * concurrency`` if more; ``_event_names`` asks for the rest a page of 1,000 at a time);
+    once it answers, the GETs of its first ``2 * concurrency`` events (to ``end``) go out into
+    ``early``: the GETs the stream would send first when it reaches them."""
     prefix = ctx.layout.session_prefix(session_id)
-    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, start - 1))
+    page = ctx.backend.list_page(
+        prefix,
+        start_after=ctx.layout.event_key(session_id, start - 1),
+        max_keys=max(_TAIL_FIRST_PAGE, 2 * ctx.concurrency),
+    )
     early.wait()  # behind the segment GETs that go first (or not at all: closed)
     pool = ctx.executor()
     sent = 0

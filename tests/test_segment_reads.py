@@ -1,0 +1,69 @@
+"""Reading through segments: the loose tail's short first LIST page. What replay, context and
+open return is what the loose events say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from evstore import Keyring, MemoryStore, Store, _read
+
+from .helpers import CountingStore, msg
+
+
+def _session(events: int, segment_size: int, keyring: Keyring | None = None, tail: int = 0) -> tuple[MemoryStore, list[Any]]:
+    """A session of ``events`` messages, compacted, then ``tail`` more left loose; and all its
+    events as replay returns them from the loose events only (before any segment was made)."""
+    memory = MemoryStore()
+    writer = Store(memory, keyring=keyring, auto_compact=None).open("s", create=True)
+    for i in range(events):
+        writer.append(msg(f"m{i}"))
+    before = list(Store(memory, keyring=keyring).replay("s"))
+    assert Store(memory, keyring=keyring).compact("s", segment_size=segment_size)
+    for i in range(events, events + tail):
+        writer.append(msg(f"m{i}"))
+    loose = before + list(Store(memory, keyring=keyring).replay("s", start=events + 1))
+    return memory, loose
+
+
+# ---- the loose tail's first LIST page is short -------------------------------------------------
+
+
+@pytest.mark.parametrize("tail", [1, 62, 63, 64, 65, 150])
+def test_a_tail_longer_than_the_first_page_is_read_whole(tail: int) -> None:
+    memory, loose = _session(32, 32, tail=tail)  # one segment 1-32, then the loose tail
+    counting = CountingStore(memory)
+    reader = Store(counting)
+    assert list(reader.replay("s")) == loose
+    # the non-event objects; the tail's first page (64 keys: the manifest is among them while
+    # the tail is shorter), then a page of 1,000
+    assert counting.counts["LIST"] == 1 + (1 if tail < _read._TAIL_FIRST_PAGE else 2)
+    gets = [key for kind, key in counting.keys if kind == "GET"]
+    assert len(gets) == len(set(gets)) == 1 + 2 + tail  # manifest, segment and its last event, the tail once each
+    counting.reset()
+    assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(32 + tail)]
+    counting.reset()
+    writer = reader.open("s")
+    assert writer.head == 32 + tail and writer.head_hash == loose[-1].hash
+    # find_head lists from the segment's last seq: tail + 1 events before the manifest
+    assert counting.counts["LIST"] == 1 + (1 if tail + 1 < _read._TAIL_FIRST_PAGE else 2)
+    assert counting.counts["HEAD"] == 0
+
+
+def test_a_long_tail_after_a_segment_still_finds_the_head() -> None:
+    memory, loose = _session(1540, 20, tail=1500)  # segments to 1540; then 1,500 loose events
+    counting = CountingStore(memory)
+    writer = Store(counting).open("s")
+    assert writer.head == 3040 and writer.head_hash == loose[-1].hash
+    assert counting.counts["HEAD"] > 0  # beyond both pages: the probes gallop from their end
+
+
+def test_the_first_page_holds_at_least_the_early_gets() -> None:
+    memory, loose = _session(32, 32, tail=80)
+    counting = CountingStore(memory)
+    reader = Store(counting, concurrency=48)  # 96 early GETs: the first page asks for 96 keys
+    assert list(reader.replay("s")) == loose
+    assert counting.counts["LIST"] == 1 + 1  # the 80 events and the manifest in the first page
+    gets = [key for kind, key in counting.keys if kind == "GET"]
+    assert len(gets) == len(set(gets)) == 1 + 2 + 80
