@@ -11,7 +11,8 @@ Requests:
   its session still lives before it acknowledges.
 * open an existing session: GET manifest, LIST of its non-event objects, LIST
   from the newest segment (or seq 1), GET of the head event: 4 requests while
-  fewer than 1,000 events follow the newest segment (see ``_read.find_head``).
+  fewer than 64 events follow the newest segment (1,000 without segments; see
+  ``_read.find_head``).
 * create: LIST of the prefix (it must be empty: no remnants), PUT manifest;
   the first append needs no lookup.
 * fork at a seq: GET parent manifest, LIST of its non-event objects, GET the
