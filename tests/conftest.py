@@ -31,7 +31,7 @@ for name in (
 from evstore import LocalStore, MemoryStore, ObjectStore, Store  # noqa: E402
 from evstore._backends._s3 import S3Store  # noqa: E402
 
-from .helpers import CountingStore  # noqa: E402
+from .helpers import Clock, CountingStore  # noqa: E402
 
 BACKENDS = ["memory", "local", "moto", "moto_server"]
 
@@ -132,3 +132,14 @@ def counting_store() -> tuple[Store, CountingStore]:
 @pytest.fixture
 def user() -> Callable[[str], dict[str, object]]:
     return lambda text: {"role": "user", "content": text}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def timed(clock: Clock) -> Store:
+    """A memory store whose clock (and its objects' times) the test moves."""
+    return Store(MemoryStore(clock=clock), root="root", clock=clock)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evstore import ObjectStore
@@ -91,3 +92,19 @@ class CountingStore(ObjectStore):
 
 def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": text, **extra}
+
+
+T0 = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
+
+
+class Clock:
+    """A store clock that tests move by hand (``Store(clock=...)``, ``MemoryStore(clock=...)``)."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)

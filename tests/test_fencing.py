@@ -34,30 +34,7 @@ from evstore import (
 from evstore._context import FENCE_HOLD, MAX_WRITER_LEASE
 
 from .conftest import new_bucket
-from .helpers import CountingStore, msg
-
-T0 = datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def timed(clock: Clock) -> Store:
-    return Store(MemoryStore(clock=clock), root="root", clock=clock)
+from .helpers import Clock, CountingStore, msg
 
 
 def names(store: Store, sid: str = "s") -> list[str]:
