@@ -341,7 +341,7 @@ def _write_phase(
                 break
             if now >= next_kill:
                 next_kill = now + rng.expovariate(1 / config.kill_interval)
-                # only a process that has begun (its journal has a line) is killed, so the kill lands in its appends
+                # only a process that has begun appending is killed
                 candidates = [life for life in running.values() if _has_begun(life.writer.journal)]
                 if candidates:
                     victim = rng.choice(candidates)
@@ -365,7 +365,10 @@ def _write_phase(
 
 
 def _has_begun(journal: Path) -> bool:
-    return journal.exists() and journal.stat().st_size > 0
+    """The writer has journaled an append (a ``try`` after its ``ready`` line): it has opened its
+    sessions and is appending, so a kill lands in its appends, not in its start-up. (Killing writers
+    that are still opening their sessions can starve a slow server's run of appends.)"""
+    return journal.exists() and journal.stat().st_size > len(b"ready\n")
 
 
 def _shared_count(own_total: int, fraction: float) -> int:
