@@ -103,6 +103,7 @@ class SoakResult:
     kills: int = 0
     lives: int = 0
     writer_errors: list[str] = field(default_factory=list)
+    stopped: int = 0  # writer processes still running at the timeout, killed by the soak then
     write_seconds: float = 0.0
     audit_seconds: float = 0.0
     audited_sessions: int = 0
@@ -136,7 +137,7 @@ class SoakResult:
             f"requests through the fault proxy: {self.requests}",
             f"faults injected: {self.injected} ({kinds}); fault rate {self.fault_rate:.2f}% of requests",
             f"writer processes: {self.lives} started, {self.kills} killed with SIGKILL and restarted,"
-            f" {len(self.writer_errors)} failed on their own",
+            f" {len(self.writer_errors)} failed on their own, {self.stopped} stopped at the timeout",
             f"wall time: {wall:.0f} s ({self.write_seconds:.0f} s writing, {self.audit_seconds:.0f} s auditing);"
             f" throughput {self.acked / self.write_seconds if self.write_seconds else 0:.1f} acknowledged appends/s",
             f"audited: {self.audited_sessions} sessions, {self.audited_events} events replayed and verified",
@@ -181,6 +182,7 @@ class Life:
     slot: int
     writer: WriterProcess
     killed: bool = False
+    stopped: bool = False  # killed because the writing phase reached its timeout
 
 
 def run(config: SoakConfig, *, out: Any = sys.stdout, figures: Figures | None = None) -> SoakResult:
@@ -318,6 +320,8 @@ def _write_phase(
         journal.merge(each)
         if process.returncode == -signal.SIGKILL and life.killed:
             result.kills += 1
+        elif life.stopped:
+            result.stopped += 1
         elif process.returncode != 0 or report is None:
             tail = " ".join(stderr.strip().splitlines()[-1:])[:300]
             result.writer_errors.append(f"{life.writer.spec.writer} exited {process.returncode}: {tail}")
@@ -358,6 +362,7 @@ def _write_phase(
     finally:
         for life in running.values():  # only at the timeout (or an error): the loop drains otherwise
             if life.writer.process.poll() is None:
+                life.stopped = True
                 life.writer.process.kill()
             life.writer.process.wait()
             finish(life)
