@@ -107,7 +107,9 @@ class StoreContext:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="evstore-get")
+                # 2 x concurrency threads: the reads keep up to 2 x concurrency GETs in flight, and a
+                # tail's early GETs must find threads free while the segment GETs still hold theirs
+                self._pool = ThreadPoolExecutor(self.concurrency * 2, thread_name_prefix="evstore-get")
             return self._pool
 
     def prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Generator[tuple[A, B]]:

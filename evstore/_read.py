@@ -16,6 +16,7 @@ Requests (N = events, S = segments):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -536,6 +537,18 @@ class _EarlyGets:
         with self._lock:
             return self._futures.pop(seq, None)
 
+    def on_the_wire(self, listing: Future[ListPage], bound: float = 1.0) -> None:
+        """Wait (at most ``bound`` seconds) until the tail's LIST has answered and each early GET
+        it sent has started; a failed LIST is raised where its page is read."""
+        deadline = time.monotonic() + bound
+        with contextlib.suppress(Exception):
+            listing.result(timeout=bound)
+        with self._lock:
+            futures = list(self._futures.values())
+        for future in futures:
+            while not (future.running() or future.done()) and time.monotonic() < deadline:
+                time.sleep(0.0002)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -714,8 +727,14 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
 
         # eight segments, each with the loose event it must match; then the tail's early GETs may go
         fetched = _prefetched(ctx, wanted, fetch, 16, primed=early.release)
+        tail_sent = False
         for ((first, last), _), data in fetched:
             _, loose_last = next(fetched)
+            if tail is not None and not tail_sent:
+                tail_sent = True
+                # the tail's LIST has answered and its early GETs are on the wire before this thread
+                # checks segments: a long check holds the GIL, and GETs started under it start late
+                early.on_the_wire(tail)
             segment = _trusted_segment(manifest, first, last, data, loose_last)
             if segment is None:
                 break
