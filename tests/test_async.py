@@ -210,14 +210,15 @@ def test_timeout_still_becomes_timeout_error_after_the_write_settles() -> None:
         astore = AsyncStore(store)
         session = await astore.open("s")
 
-        async def release_when_held() -> None:
-            await wait_for_thread_event(blocking.entered)
+        async def expire_while_held(deadline: asyncio.Timeout) -> None:
+            await wait_for_thread_event(blocking.entered)  # the PUT is running in its thread
+            deadline.reschedule(asyncio.get_running_loop().time())  # the timeout expires now
             await spin()
             blocking.release.set()
 
-        releaser = asyncio.create_task(release_when_held())
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0):  # expires at once: the cancellation meets the PUT
+            async with asyncio.timeout(None) as deadline:
+                releaser = asyncio.create_task(expire_while_held(deadline))
                 await session.append(msg("x"))
         await releaser
         assert session.last_outcome is not None and session.last_outcome.value == 1
