@@ -38,13 +38,28 @@ INPUTS = [
     "2026-12-01T23:00:00",
     "2026-12-01 23:00:00Z",
     "Tue, 01 Dec 2026 23:00:00 GMT",
+    "Wed, 01 Dec 2026 23:00:00 GMT",
+    "Thu, 29 Feb 2024 00:00:00 GMT",
+    "Sat, 01 Jan 0001 00:00:00 GMT",
+    "Wed, 01 Jan 0099 00:00:00 GMT",
+    "Tue, 01 Jan 1000 00:00:00 GMT",
+    "Fri, 31 Dec 9999 23:59:59 GMT",
+    "Tue, 1 Dec 2026 23:00:00 GMT",
+    "Tue, 01 Dec 2026 23:00:00 UTC",
+    "tue, 01 dec 2026 23:00:00 GMT",
     "Tue, 01 Dec 2026 23:00:00 +0000",
     "1700000000",
     "1700000000.25",
     "20261201T230000Z",
 ]
 #: Values fromisoformat refuses although they look like ISO 8601 in UTC: botocore decides.
-REFUSED = ["2026-02-30T00:00:00Z", "2026-12-01T24:00:00Z", "2026-12-01T23:59:60Z", "not a time", ""]
+REFUSED = [
+    "Mon, 30 Feb 2026 00:00:00 GMT",
+    "Tue, 01 Dec 2026 24:00:00 GMT",
+    "2026-02-30T00:00:00Z", "2026-12-01T24:00:00Z", "2026-12-01T23:59:60Z",
+    "not a time",
+    "",
+]
 
 
 def _same(ours: datetime.datetime, theirs: datetime.datetime) -> None:
@@ -89,6 +104,13 @@ def test_a_list_timestamp_is_aware_utc() -> None:
 def test_any_iso_utc_time_answers_as_botocores(moment: datetime.datetime, digits: int, suffix: str) -> None:
     fraction = f"{moment.microsecond:06d}{moment.microsecond % 1000:03d}"[:digits]
     value = moment.strftime("%Y-%m-%dT%H:%M:%S").rjust(19, "0") + (f".{fraction}" if digits else "") + suffix
+    _same(_parse_timestamp(value), botocore.utils.parse_timestamp(value))
+
+
+@given(moment=st.datetimes(timezones=st.just(UTC)), weekday=st.sampled_from(["", "Mon", "Sun"]))
+def test_any_rfc_1123_gmt_time_answers_as_botocores(moment: datetime.datetime, weekday: str) -> None:
+    day = weekday or moment.strftime("%a")  # its own weekday (the fast path), or maybe another (botocore's)
+    value = f"{day}, {moment.day:02d} {moment.strftime('%b')} {moment.year:04d} {moment:%H:%M:%S} GMT"
     _same(_parse_timestamp(value), botocore.utils.parse_timestamp(value))
 
 

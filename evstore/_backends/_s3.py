@@ -92,17 +92,40 @@ T = TypeVar("T")
 _ISO_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|\+00:00)")
 
 
+#: RFC 1123 in GMT as S3 writes it in ``Last-Modified`` headers (``Tue, 01 Dec 2026 23:00:00 GMT``).
+_RFC1123_GMT = re.compile(
+    r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
+)
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
 def _parse_timestamp(value: Any) -> datetime.datetime:
-    """botocore's ``parse_timestamp``, fast for ISO 8601 in UTC: the same instant, an aware
-    datetime at offset zero (``datetime.UTC``; botocore's own tzinfo object depends
-    on the machine's zone), fractional seconds truncated to microseconds as botocore's. Any
-    other value (RFC 1123 headers, other offsets, epoch seconds, what fromisoformat refuses)
-    goes to botocore's parser, so its answer and its errors are botocore's."""
-    if isinstance(value, str) and _ISO_UTC.fullmatch(value):
-        try:
-            return datetime.datetime.fromisoformat(value)
-        except ValueError:
-            pass  # hour 24, a leap second, day 31 of a short month: botocore decides
+    """botocore's ``parse_timestamp``, fast for ISO 8601 in UTC (LIST bodies) and for RFC 1123
+    in GMT whose weekday is its date's (``Last-Modified`` headers): the same instant, an aware
+    datetime at offset zero (``datetime.UTC``; botocore's own tzinfo object depends on the
+    machine's zone), fractional seconds truncated to microseconds as botocore's. Any other
+    value (other offsets, epoch seconds, what fromisoformat or ``datetime`` refuses, RFC 1123
+    with a year before 1000 or a weekday that is not its date's) goes to botocore's parser, so
+    its answer and its errors are botocore's."""
+    if isinstance(value, str):
+        if _ISO_UTC.fullmatch(value):
+            try:
+                return datetime.datetime.fromisoformat(value)
+            except ValueError:
+                pass  # hour 24, a leap second, day 31 of a short month: botocore decides
+        elif (found := _RFC1123_GMT.fullmatch(value)) and found[4] >= "1000":  # dateutil reads 0099 as 1999
+            weekday, day, month, year, hour, minute, second = found.groups()
+            try:
+                moment = datetime.datetime(
+                    int(year), _MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second), tzinfo=datetime.UTC
+                )
+            except ValueError:
+                pass  # day 31 of a short month, hour 24, a leap second: botocore decides
+            else:
+                if _DAYS[moment.weekday()] == weekday:
+                    return moment
     parsed: datetime.datetime = botocore.utils.parse_timestamp(value)
     return parsed
 
