@@ -10,13 +10,14 @@ Requests (N = events, S = segments):
   1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
   O(log N) in the worst case.
-* replay: load, one GET per segment (4 ahead), then a LIST per 1,000 loose
-  events and their GETs, ``2 * concurrency`` in flight.
+* replay: load, one GET per segment and one per group of up to 8 segments (the
+  loose event that vouches for the group), two groups in flight, with the LIST
+  of the loose tail; then a LIST per 1,000 loose events and their GETs,
+  ``2 * concurrency`` in flight.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import itertools
@@ -79,6 +80,9 @@ MAX_FORK_DEPTH = 100
 _sha256 = hashlib.sha256
 #: A checked segment's events are built this many at a time.
 _BATCH = 256
+#: Segments read as one group: fetched side by side, checked each on its own, and trusted
+#: together when the loose event at the group's end vouches for their chain (``_vouched``).
+_GROUP = 8
 #: The first LIST page of a loose tail asks for this many keys (continuation pages for 1,000):
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
@@ -537,18 +541,6 @@ class _EarlyGets:
         with self._lock:
             return self._futures.pop(seq, None)
 
-    def on_the_wire(self, listing: Future[ListPage], bound: float = 1.0) -> None:
-        """Wait (at most ``bound`` seconds) until the tail's LIST has answered and each early GET
-        it sent has started; a failed LIST is raised where its page is read."""
-        deadline = time.monotonic() + bound
-        with contextlib.suppress(Exception):
-            listing.result(timeout=bound)
-        with self._lock:
-            futures = list(self._futures.values())
-        for future in futures:
-            while not (future.running() or future.done()) and time.monotonic() < deadline:
-                time.sleep(0.0002)
-
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -602,18 +594,25 @@ def _segment_bytes(ctx: StoreContext, session_id: str, first: int, last: int) ->
 
 
 class _CheckedSegment:
-    """A segment that passed its check (``_trusted_segment``): its bytes, where each event
-    starts, each event's hash and, for a sealed one, its header. Its events are built a
-    batch at a time (``events``), so that a long segment's bodies are never all alive at
-    once: fewer objects for the garbage collector to walk, a smaller peak."""
+    """A segment that passed its own check (``_checked_segment``): its bytes, where each event
+    starts, each event's hash, for a sealed one its header, and the ``prev`` its first event
+    names. Its events are built a batch at a time (``events``), so that a long segment's bodies
+    are never all alive at once: fewer objects for the garbage collector to walk, a smaller peak."""
 
-    __slots__ = ("data", "first", "hashes", "headers", "offsets")
+    __slots__ = ("data", "first", "first_prev", "hashes", "headers", "offsets")
 
     def __init__(
-        self, data: bytes, first: int, offsets: list[int], hashes: list[str], headers: list[EnvelopeHeader | None]
+        self,
+        data: bytes,
+        first: int,
+        first_prev: str,
+        offsets: list[int],
+        hashes: list[str],
+        headers: list[EnvelopeHeader | None],
     ) -> None:
         self.data = data
         self.first = first
+        self.first_prev = first_prev
         self.offsets = offsets
         self.hashes = hashes
         self.headers = headers
@@ -633,19 +632,16 @@ class _CheckedSegment:
         return out
 
 
-def _trusted_segment(
-    manifest: Manifest, first: int, last: int, data: bytes | None, loose_last: bytes | None
-) -> _CheckedSegment | None:
-    """The segment, checked, or None when it cannot stand for the loose events.
+def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | None) -> _CheckedSegment | None:
+    """The segment, checked on its own, or None when it is missing or is not a run of this
+    session's events from ``first`` to ``last`` that chain to each other.
 
-    A segment is derived, so it is trusted only when checked against the events it
-    stands for: its events chain to each other, and its last event is byte for byte
-    the loose event at that seq. Since each event names the hash of the one before,
-    the last one vouches for them all. One pass, without copying or building bodies:
-    each event's header is decoded and checked as a loose event's is, its bytes hashed
-    once and its ``prev`` compared with the hash of the one before it.
+    One pass, without copying or building bodies: each event's header is decoded and checked
+    as a loose event's is, its bytes hashed once and its ``prev`` compared with the hash of
+    the one before it. A segment is derived: what this check cannot tell (whether these are
+    the session's true events) ``_vouched`` tells, against a loose event.
     """
-    if data is None or loose_last is None:
+    if data is None:
         return None
     sid, uid = manifest.sid, manifest.uid
     try:
@@ -653,11 +649,10 @@ def _trusted_segment(
     except IntegrityError:
         return None  # not a segment evstore wrote
     view = memoryview(data)
-    if view[offsets[-2] : offsets[-1]] != loose_last:
-        return None  # checked first: it costs no decode
     hashes: list[str] = []
     headers: list[EnvelopeHeader | None] = []
     prev: str | None = None
+    first_prev = ""
     seq = first
     try:
         for start, stop in itertools.pairwise(offsets):
@@ -665,13 +660,42 @@ def _trusted_segment(
             header = decode_header(raw, sid, seq)
             if header.uid != uid or (prev is not None and header.prev != prev):
                 return None
+            if prev is None:
+                first_prev = header.prev
             prev = _sha256(raw).hexdigest()
             hashes.append(prev)
             headers.append(header if header.sealed is not None else None)
             seq += 1
+            if not seq % _BATCH:
+                time.sleep(0)  # gives up the GIL: a GET another thread is starting goes out now, not a switch interval later
     except IntegrityError:
         return None
-    return _CheckedSegment(data, first, offsets, hashes, headers)
+    return _CheckedSegment(data, first, first_prev, offsets, hashes, headers)
+
+
+def _continues(before: _CheckedSegment, after: _CheckedSegment) -> bool:
+    """Whether ``after``'s events continue ``before``'s last: its first event names that event's
+    hash, or (segments of a chain may overlap) its own event at that seq has that hash."""
+    before_last = before.first + len(before.hashes) - 1
+    if after.first == before_last + 1:
+        return after.first_prev == before.hashes[-1]
+    return after.first <= before_last < after.first + len(after.hashes) and (
+        after.hashes[before_last - after.first] == before.hashes[-1]
+    )
+
+
+def _vouched(segments: list[_CheckedSegment | None], loose_last: bytes | None) -> bool:
+    """Whether a group of consecutive segments stands for the loose events: each passed its own
+    check, each continues the one before (``_continues``), and the last one's last event is byte
+    for byte the loose event at its end. Since each event names the hash of the one before, that
+    loose event vouches for every event of the group."""
+    if loose_last is None or any(segment is None for segment in segments):
+        return False
+    checked = [segment for segment in segments if segment is not None]
+    if not all(_continues(before, after) for before, after in itertools.pairwise(checked)):
+        return False
+    last = checked[-1]
+    return memoryview(last.data)[last.offsets[-2] : last.offsets[-1]] == loose_last
 
 
 def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[RawEvent]:
@@ -686,17 +710,18 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
     loop per list).
 
-    Segments are read while they continue each other from ``start``, each with the
-    loose event at its end (both GETs a few ahead), and checked against it; the rest
-    (and all of it, from the first segment that fails its check) comes from the
-    loose events, which always remain. The LIST of the loose tail goes out with the
-    segment GETs, and the GETs of its first events as soon as it answers: neither
-    waits for a segment to be decoded.
+    Segments are read while they continue each other from ``start``, in groups of up to
+    ``_GROUP``: a group's segments are fetched side by side with the loose event at the group's
+    end, each checked on its own in the pool as it arrives, and the group is used only when
+    that loose event vouches for it (``_vouched``). The rest (and all of it, from the first
+    group that fails) comes from the loose events, which always remain. The LIST of the loose
+    tail goes out with the segment GETs, and the GETs of its first events as soon as it
+    answers: neither waits for a segment to be checked.
     """
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    # Greedy: at each seq, the segment that reaches furthest among those worth their two GETs —
+    # Greedy: at each seq, the segment that reaches furthest among those worth their GET —
     # at least half of their events wanted (a short or late range reads its few loose events).
     chain: list[tuple[int, int]] = []
     while True:
@@ -712,36 +737,38 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             break
         last, first = max(worth)
         chain.append((first, last))
+    groups = [chain[index : index + _GROUP] for index in range(0, len(chain), _GROUP)]
     tail_start = chain[-1][1] + 1 if chain else cursor
     tail: Future[ListPage] | None = None
     early = _EarlyGets()
     if chain and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
     try:
-        # each segment is fetched with the loose event at its end: (segment, True) then (segment, False)
-        wanted = [(segment, whole) for segment in chain for whole in (True, False)]
+        # each group's segments, then the loose event at its end: a segment is (first, last), that event its seq
+        wanted: list[tuple[int, int] | int] = []
+        for group in groups:
+            wanted += [*group, group[-1][1]]
 
-        def fetch(item: tuple[tuple[int, int], bool]) -> bytes | None:
-            (first, last), whole = item
-            return _segment_bytes(ctx, sid, first, last) if whole else get_event_bytes(ctx, sid, last)
+        def fetch(item: tuple[int, int] | int) -> _CheckedSegment | bytes | None:
+            if isinstance(item, int):
+                return get_event_bytes(ctx, sid, item)
+            first, last = item
+            return _checked_segment(manifest, first, last, _segment_bytes(ctx, sid, first, last))
 
-        # eight segments, each with the loose event it must match; then the tail's early GETs may go
-        fetched = _prefetched(ctx, wanted, fetch, 16, primed=early.release)
-        tail_sent = False
-        for ((first, last), _), data in fetched:
+        # a group and the next one's GETs in flight; then the tail's early GETs may go
+        fetched = _prefetched(ctx, wanted, fetch, 2 * (_GROUP + 1), primed=early.release)
+        for group in groups:
+            segments = [next(fetched)[1] for _ in group]
             _, loose_last = next(fetched)
-            if tail is not None and not tail_sent:
-                tail_sent = True
-                # the tail's LIST has answered and its early GETs are on the wire before this thread
-                # checks segments: a long check holds the GIL, and GETs started under it start late
-                early.on_the_wire(tail)
-            segment = _trusted_segment(manifest, first, last, data, loose_last)
-            if segment is None:
+            checked = [segment if isinstance(segment, _CheckedSegment) else None for segment in segments]
+            if not _vouched(checked, loose_last if isinstance(loose_last, bytes) else None):
                 break
-            high = last - first + 1 if end is None or end >= last else end - first + 1
-            for low in range(max(cursor - first, 0), high, _BATCH):
-                yield segment.events(manifest, low, min(low + _BATCH, high))
-            cursor = last + 1
+            for (first, last), segment in zip(group, checked, strict=True):
+                assert segment is not None  # vouched
+                high = last - first + 1 if end is None or end >= last else end - first + 1
+                for low in range(max(cursor - first, 0), high, _BATCH):
+                    yield segment.events(manifest, low, min(low + _BATCH, high))
+                cursor = last + 1
         fetched.close()
         if end is not None and cursor > end:
             return

@@ -172,6 +172,22 @@ def test_a_forged_segment_with_a_planted_next_event_changes_nothing(scene: Scene
     scene.truth()
 
 
+def test_a_forged_segment_before_a_true_one_changes_nothing(scene: Scene) -> None:
+    """Segments read as a group are trusted only when their chain reaches the loose event at
+    its end: a forged first segment does not continue the true one after it."""
+    scene.store.compact("s", segment_size=2)  # true segments 1-2 and 3-4
+    forged = scene.forged_events(["forged 1", "forged 2", "forged 3"])
+    scene.plant("segments/00000000000000000001-00000000000000000003", pack_segment("s", scene.manifest.uid, forged))
+    scene.truth()
+
+
+def test_forged_segments_that_continue_each_other_change_nothing(scene: Scene) -> None:
+    forged = scene.forged_events([f"forged {i}" for i in range(5)])
+    scene.plant("segments/00000000000000000001-00000000000000000003", pack_segment("s", scene.manifest.uid, forged[:3]))
+    scene.plant("segments/00000000000000000004-00000000000000000005", pack_segment("s", scene.manifest.uid, forged[3:]))
+    scene.truth()
+
+
 # ---- 2. truncation by one junk object ------------------------------------------------
 
 

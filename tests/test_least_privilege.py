@@ -380,7 +380,7 @@ def test_writer_cannot_create_objects_it_does_not_need(roles: Roles, name: str) 
 
 def test_writer_compacts_as_it_appends_and_can_compact(roles: Roles) -> None:
     """Writers pack segments by default; a segment can neither overwrite (If-None-Match) nor
-    change what readers return (they check it against the loose event at its end)."""
+    change what readers return (their chain must end in the loose event at the last seq of its group)."""
     store = roles.store("writer")
     session = store.open("chat", create=True)
     for i in range(40):

@@ -8,13 +8,14 @@ from __future__ import annotations
 import base64
 import os
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evstore import Keyring, LocalStore, MemoryStore, Store, _read
+from evstore import Keyring, LocalStore, MemoryStore, Store, _read, _write
 from evstore._backends import ListPage, ObjectStore, StoredObject
 from evstore._codec import Envelope, EnvelopeHeader, b64decode_canonical, decode_envelope
 
@@ -153,7 +154,7 @@ def test_the_tail_events_are_fetched_while_the_segments_are_still_being_read() -
     assert held.held == [False]  # the last tail event's GET was sent while the segment GET waited
 
 
-def test_every_event_is_read_once_whether_its_segment_holds_or_fails() -> None:
+def test_every_event_is_read_once_when_its_segments_hold_and_loose_when_one_fails() -> None:
     memory = MemoryStore()
     writer = Store(memory, auto_compact=None).open("s", create=True)
     for i in range(40):
@@ -165,15 +166,37 @@ def test_every_event_is_read_once_whether_its_segment_holds_or_fails() -> None:
     assert len(reader.context("s")) == 40
     gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
     assert sorted(gets) == sorted(set(gets))  # nothing read twice
-    assert counting.counts == {"GET": 1 + 4 + 8, "LIST": 2}
-    # a segment that fails its check: the loose events from its first seq are read instead, each once
+    # manifest, the two segments and the one loose event that vouches for both (32), the tail
+    assert counting.counts == {"GET": 1 + 2 + 1 + 8, "LIST": 2}
+    # a segment that fails its check: its group is passed over, and the loose events from the
+    # group's first seq are read instead; the tail's GETs sent early (33..40) are the ones used
     memory.delete_many([store.layout.segment_key("s", 17, 32)])
     memory.create(store.layout.segment_key("s", 17, 32), b"evstore-segment\nnot a segment")
     counting.reset()
     assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(40)]
-    # manifest, the two segments with their last events, then 17..40 loose: the tail's GETs sent
-    # early (33..40) are the ones used, not sent again
-    assert counting.counts == {"GET": 1 + 4 + 24, "LIST": 3}
+    gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
+    assert counting.counts == {"GET": 1 + 2 + 1 + 40, "LIST": 3}
+    # each loose event once, and 32 also as the one that was to vouch for the group
+    assert Counter(int(g) for g in gets if g.isdigit()) == Counter({**dict.fromkeys(range(1, 41), 1), 32: 2})
+
+
+def test_overlapping_segments_of_one_group_are_used_when_they_agree_where_they_overlap() -> None:
+    memory = MemoryStore()
+    store = Store(memory, auto_compact=None)
+    writer = store.open("s", create=True)
+    for i in range(14):
+        writer.append(msg(f"m{i}"))
+    assert store.compact("s", segment_size=4) == [(1, 4), (5, 8), (9, 12)]
+    loaded = _read.load(store.shared, "s")
+    events = [(raw.seq, raw.data) for raw in _read.own_raw(store.shared, loaded, 1, None)]
+    _write._write_segment(store.shared, loaded.manifest, events[2:10])  # 3-10: reaches furthest from 5
+    counting = CountingStore(memory)
+    reader = Store(counting)
+    assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(14)]
+    # the chain 1-4, 3-10, 9-12 is one group, vouched by the loose event at 12; then a tail of 2
+    segments = sorted(key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET" and "/segments/" in key)
+    assert [tuple(int(seq) for seq in name.split("-")) for name in segments] == [(1, 4), (3, 10), (9, 12)]
+    assert counting.counts == {"GET": 1 + 3 + 1 + 2, "LIST": 2}
 
 
 def test_replay_and_context_agree_event_for_event_across_segments_and_forks() -> None:
@@ -212,7 +235,7 @@ def test_events_read_from_segments_equal_those_read_loose(encrypted: bool) -> No
     assert store.compact("s", segment_size=16) == [(1, 16), (17, 32)]
     counting = CountingStore(memory)
     from_segments = list(Store(counting, keyring=keyring).replay("s"))
-    assert counting.counts["GET"] == 1 + 4 + 8  # the manifest, two segments and the ends they match, a tail of 8
+    assert counting.counts["GET"] == 1 + 3 + 8  # the manifest, two segments and the loose event at 32, a tail of 8
     assert from_segments == loose
     assert [m["content"] for e in from_segments for m in e.messages] == [f"m{i}" for i in range(40)]
     ctx = store.shared
