@@ -80,9 +80,13 @@ MAX_FORK_DEPTH = 100
 _sha256 = hashlib.sha256
 #: A checked segment's events are built this many at a time.
 _BATCH = 256
-#: Segments read as one group: fetched side by side, checked each on its own, and trusted
-#: together when the loose event at the group's end vouches for their chain (``_vouched``).
+#: Segments read as one group: fetched side by side, checked each on its own as it arrives, and
+#: trusted together when the loose event at the group's end vouches for their chain (``_vouched``).
 _GROUP = 8
+#: Checking a segment holds the GIL; it gives it up every this many events. A thread that waits
+#: for it (one reading a GET's body, one sending a GET) would otherwise wait up to a switch
+#: interval (5 ms) for it at every read of its socket.
+_YIELD_EVERY = 32
 #: The first LIST page of a loose tail asks for this many keys (continuation pages for 1,000):
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
@@ -666,8 +670,8 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
             hashes.append(prev)
             headers.append(header if header.sealed is not None else None)
             seq += 1
-            if not seq % _BATCH:
-                time.sleep(0)  # gives up the GIL: a GET another thread is starting goes out now, not a switch interval later
+            if not seq % _YIELD_EVERY:
+                time.sleep(0)  # gives up the GIL (see ``_YIELD_EVERY``)
     except IntegrityError:
         return None
     return _CheckedSegment(data, first, first_prev, offsets, hashes, headers)
@@ -712,8 +716,8 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
 
     Segments are read while they continue each other from ``start``, in groups of up to
     ``_GROUP``: a group's segments are fetched side by side with the loose event at the group's
-    end, each checked on its own in the pool as it arrives, and the group is used only when
-    that loose event vouches for it (``_vouched``). The rest (and all of it, from the first
+    end, each checked on its own as it arrives, and the group is used only when that loose
+    event vouches for it (``_vouched``). The rest (and all of it, from the first
     group that fails) comes from the loose events, which always remain. The LIST of the loose
     tail goes out with the segment GETs, and the GETs of its first events as soon as it
     answers: neither waits for a segment to be checked.
@@ -749,25 +753,23 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         for group in groups:
             wanted += [*group, group[-1][1]]
 
-        def fetch(item: tuple[int, int] | int) -> _CheckedSegment | bytes | None:
-            if isinstance(item, int):
-                return get_event_bytes(ctx, sid, item)
-            first, last = item
-            return _checked_segment(manifest, first, last, _segment_bytes(ctx, sid, first, last))
+        def fetch(item: tuple[int, int] | int) -> bytes | None:
+            return get_event_bytes(ctx, sid, item) if isinstance(item, int) else _segment_bytes(ctx, sid, *item)
 
-        # a group and the next one's GETs in flight; then the tail's early GETs may go
+        # two groups' GETs in flight; then the tail's early GETs may go
         fetched = _prefetched(ctx, wanted, fetch, 2 * (_GROUP + 1), primed=early.release)
         for group in groups:
-            segments = [next(fetched)[1] for _ in group]
+            # each segment is checked as it arrives, while the next ones are still on their way
+            checked = [_checked_segment(manifest, first, last, next(fetched)[1]) for first, last in group]
             _, loose_last = next(fetched)
-            checked = [segment if isinstance(segment, _CheckedSegment) else None for segment in segments]
-            if not _vouched(checked, loose_last if isinstance(loose_last, bytes) else None):
+            if not _vouched(checked, loose_last):
                 break
             for (first, last), segment in zip(group, checked, strict=True):
                 assert segment is not None  # vouched
                 high = last - first + 1 if end is None or end >= last else end - first + 1
                 for low in range(max(cursor - first, 0), high, _BATCH):
                     yield segment.events(manifest, low, min(low + _BATCH, high))
+                    time.sleep(0)  # gives up the GIL between batches (see ``_YIELD_EVERY``)
                 cursor = last + 1
         fetched.close()
         if end is not None and cursor > end:
