@@ -367,6 +367,17 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
 # ---- the parent ----------------------------------------------------------------------
 
 
+def threads_cpu(pid: int) -> float:
+    """CPU seconds the live threads of process ``pid`` have run (``/proc/<pid>/task/*/schedstat``:
+    nanoseconds, unlike ``stat``'s 10 ms ticks); 0.0 where it cannot be read."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
 @dataclasses.dataclass
 class Sample:
     seconds: float
@@ -376,6 +387,8 @@ class Sample:
     client_requests: int
     by_kind: dict[str, int]
     context: int
+    #: CPU the other side used during the run: the server's processes and the proxy (this process).
+    server_cpu: float = 0.0
 
 
 class Bench:
@@ -532,6 +545,15 @@ class Bench:
 
     # ---- resume -----------------------------------------------------------------------
 
+    def server_cpu(self) -> float:
+        """CPU seconds so far of what answers the client: RGW's daemons (or moto's process) and this
+        process, whose only work during a run is the proxy's threads."""
+        pids = list(self.rgw_info.pids.values()) if self.rgw_info is not None else []
+        moto = getattr(self.env, "_server_process", None)
+        if moto is not None:
+            pids.append(moto.pid)
+        return time.process_time() + sum(threads_cpu(pid) for pid in pids)
+
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.pop("AWS_ENDPOINT_URL_S3", None)
@@ -564,10 +586,12 @@ class Bench:
                 errors.seek(0)
                 raise RuntimeError(f"{variant} child failed before it was ready: {errors.read()[-3000:]}")
             self.proxy.reset()
+            server_before = self.server_cpu()
             proc.stdin.write("go\n")
             proc.stdin.flush()
             out, _ = proc.communicate(timeout=3600)
             self.proxy.wait_idle()
+            server_cpu = self.server_cpu() - server_before
             stats = self.proxy.snapshot()
             if proc.returncode != 0:
                 errors.seek(0)
@@ -580,7 +604,9 @@ class Bench:
                 f"WARNING: {variant} at {n:,}: the client sent {got['client_requests']} requests, the proxy saw {stats.requests}"
             )
         sent = got["client_requests"]
-        return Sample(got["seconds"], got["cpu"], stats.requests, stats.depth, sent, stats.by_kind, got["context"])
+        return Sample(
+            got["seconds"], got["cpu"], stats.requests, stats.depth, sent, stats.by_kind, got["context"], server_cpu
+        )
 
     def bench_resume(self, n: int) -> None:
         rounds = self.plan.big_rounds if n >= BIG else self.plan.rounds
@@ -696,7 +722,11 @@ class Bench:
         head = ["messages", "variant", "requests", "dependent round trips"]
         for d in delays:
             head += [f"time @ {d:g} ms", f"÷ {d:g} ms"]
-        head += ["not latency: time - dependent x delay @ " + " / ".join(f"{d:g}" for d in delays) + " ms", "client CPU"]
+        head += [
+            "not latency: time - dependent x delay @ " + " / ".join(f"{d:g}" for d in delays) + " ms",
+            "client CPU",
+            "server + proxy CPU",
+        ]
         add("### Resume: a fresh process opens the session, gets its context, appends one message")
         add("")
         add("| " + " | ".join(head) + " |")
@@ -712,7 +742,11 @@ class Bench:
                 for d in delays:
                     row += [fmt_ms(med[d]), f"{med[d] / (d / 1000):,.1f}"]
                 rest = [median(s.seconds - s.depth * d / 1000 for s in got[d]) for d in delays]
-                row += [" / ".join(fmt_ms(r) for r in rest), fmt_ms(median(s.cpu for s in every))]
+                row += [
+                    " / ".join(fmt_ms(r) for r in rest),
+                    fmt_ms(median(s.cpu for s in every)),
+                    fmt_ms(median(s.server_cpu for s in every)) if any(s.server_cpu for s in every) else "not measured",
+                ]
                 add("| " + " | ".join(row) + " |")
         add("")
         rounds = f"{self.plan.rounds} round(s)" + (
@@ -723,7 +757,8 @@ class Bench:
             "are counted by the proxy (a single figure when every round agreed, else the range); each run meets the same "
             "N messages (the session is put back after each). Not latency: the median over rounds of each run's time "
             "less its dependent round trips times the delay, i.e. the client's CPU, the server's own time and the "
-            "transfer. Client CPU: the resuming process, all threads."
+            "transfer. Client CPU: the resuming process, all threads. Server + proxy CPU: what the server's processes "
+            "and the proxy ran meanwhile, on the same cores as the client."
         )
         add("")
         add("### Append: median time per append, and ratio to a raw conditional PUT of the same bytes")
