@@ -99,9 +99,13 @@ class Plan:
     big_rounds: int  # resume rounds for sizes of BIG and more
     append_rounds: int
     amortized_appends: int
+    #: the resuming client on a core of its own, the server and the proxy on the others (--pin)
+    pinned: bool = False
 
 
 BIG = 10_000
+#: With --pin: the core of the resuming client; the server, the proxy and the appends run on the others.
+CLIENT_CORES = {0}
 FULL = Plan(sizes=(100, 1_000, 10_000), delays_ms=(15, 50), rounds=3, big_rounds=1, append_rounds=30, amortized_appends=2048)
 QUICK = Plan(sizes=(100, 1_000), delays_ms=(15, 50), rounds=1, big_rounds=1, append_rounds=5, amortized_appends=256)
 
@@ -457,6 +461,7 @@ class Bench:
             big_rounds=plan["big_rounds"],
             append_rounds=plan["append_rounds"],
             amortized_appends=plan.get("amortized_appends", 0),
+            pinned=plan.get("pinned", False),
         )
         bench.has_resume = bool(data["has_resume"])
         bench.samples = {
@@ -572,6 +577,7 @@ class Bench:
         with tempfile.TemporaryFile("w+") as errors:
             proc = subprocess.Popen(
                 [sys.executable, __file__, "--child", json.dumps(args)],
+                preexec_fn=(lambda: os.sched_setaffinity(0, CLIENT_CORES)) if self.plan.pinned else None,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=errors,
@@ -758,7 +764,12 @@ class Bench:
             "N messages (the session is put back after each). Not latency: the median over rounds of each run's time "
             "less its dependent round trips times the delay, i.e. the client's CPU, the server's own time and the "
             "transfer. Client CPU: the resuming process, all threads. Server + proxy CPU: what the server's processes "
-            "and the proxy ran meanwhile, on the same cores as the client."
+            "and the proxy ran meanwhile, "
+            + (
+                "on cores other than the client's (--pin)."
+                if self.plan.pinned
+                else "on the same cores as the client (without --pin)."
+            )
         )
         add("")
         add("### Append: median time per append, and ratio to a raw conditional PUT of the same bytes")
@@ -872,6 +883,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="REV",
         help="measure evstore as of this commit (default HEAD; 'worktree': the checkout as it is, uncommitted edits too)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run each resuming client on core 0 and everything else (server, proxy) on the other cores, "
+        "so that the server's work does not take the client's CPU, as with a remote S3",
+    )
     parser.add_argument("--json", metavar="FILE", help="save every sample here")
     parser.add_argument("--report-from", metavar="FILE", help="print the tables from a --json file of an earlier run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -891,7 +908,13 @@ def main(argv: list[str] | None = None) -> int:
         big_rounds=args.big_rounds or plan.big_rounds,
         append_rounds=args.append_rounds or plan.append_rounds,
         amortized_appends=args.amortized_appends or plan.amortized_appends,
+        pinned=args.pin,
     )
+    if plan.pinned:
+        cores = os.sched_getaffinity(0) - CLIENT_CORES
+        if not cores or not os.sched_getaffinity(0) >= CLIENT_CORES:
+            raise SystemExit("--pin needs core 0 and at least one other core")
+        os.sched_setaffinity(0, cores)  # this process, the proxy's threads and the servers it starts
     # SIGTERM, and SIGINT even where a background start ignored it, end the run through its cleanup
     # (the proxy, moto's process, RGW's daemons)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -914,6 +937,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Store(auto_compact) default: {bench.auto_compact_default}"
         )
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.2f} at start", flush=True)
+        if plan.pinned:
+            others = sorted(os.sched_getaffinity(0))
+            print(f"pinned: each resuming client on core(s) {sorted(CLIENT_CORES)}; server, proxy and appends on {others}")
         for n in plan.sizes:
             bench.setup(n)
             for kind in VARIANTS[:3]:
