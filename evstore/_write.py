@@ -495,11 +495,13 @@ def resume(
 ) -> tuple[Session, list[Message]]:
     """A writer at the session's head and its context view, from one pass over what it read.
 
-    What a serverless agent does on every invocation, in at most 3 dependent round trips
-    before its first append (a fork adds one per ancestor): the manifest GET with the LIST of
-    the non-event objects; the segment GETs (with the loose event each must match) with the
-    LIST of the loose tail; the tail's GETs. The writer's head is the last event read (no
-    head GET), and it holds the bytes it read for automatic compaction.
+    What a serverless agent does on every invocation, in 3 dependent round trips before its
+    first append (a fork adds one per ancestor): the manifest GET with the LIST of the
+    non-event objects; the segment GETs (with the loose event that vouches for each group of
+    them) with the LIST of the loose tail; the tail's GETs. More only for a chain of more than
+    16 segments or more than one LIST page of non-event objects (see ``_read.own_batches``).
+    The writer's head is the last event read (no head GET), and it holds the bytes it read
+    for automatic compaction.
     """
     if repair not in ("error", "drop", "none"):
         raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")

@@ -117,8 +117,8 @@ def test_the_chain_measure_tells_parallel_requests_from_dependent_ones() -> None
     assert delayed.chain() == 2
 
 
-@pytest.mark.parametrize("length", [10, 1000, 5000])
-def test_resume_then_append_waits_on_at_most_four_round_trips_at_any_length(length: int) -> None:
+@pytest.mark.parametrize("length", [10, 1000, 5000, 10000])
+def test_resume_then_append_waits_on_at_most_four_round_trips_up_to_10000_events(length: int) -> None:
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", length)  # by default the writer compacted as it went
     delayed = DelayedStore(inner, 0.04)
