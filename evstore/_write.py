@@ -326,7 +326,7 @@ class Session:
         Segments are derived and the append has already succeeded, so a failed segment PUT (a
         role without the right, a flaky store) is dropped: readers use the loose events."""
         level = size
-        while seq % level == 0 and level <= min(len(self._recent), top_level(size)):
+        while seq % level == 0 and level <= len(self._recent):  # it holds at most a top level's events
             first = seq - level + 1
             run = [(s, self._recent[s]) for s in range(first, seq + 1) if s in self._recent]
             if len(run) != level:

@@ -172,12 +172,16 @@ def test_amortized_requests_per_append_stay_at_most_1_05_by_default() -> None:
     store = Store(counting, root="root")
     writer = store.open("s", create=True)
     counting.reset()
-    appends = 4096
+    appends = 8192  # the top level (2,048) four times: a fifth level would show here
     for i in range(appends):
         writer.append(msg(f"m{i}"))
     assert counting.counts["PUT"] / appends <= 1.05
     assert counting.total == counting.counts["PUT"]  # appending reads nothing
     assert store.info("s").segments > 0
+    # four levels, and none above: a long session resumes from segments of at most 2,048 events
+    names = [info.key.rsplit("/", 1)[-1] for info in counting.inner.list("root/sessions/s/segments/")]
+    sizes = {int(last) - int(first) + 1 for first, last in (name.split("-") for name in names)}
+    assert sizes == {32, 128, 512, 2048}
 
 
 def test_the_loose_tail_stays_short_by_default_so_replay_needs_few_requests() -> None:
