@@ -10,9 +10,9 @@ Requests (N = events, S = segments):
   1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
   O(log N) in the worst case.
-* replay: load, one GET per segment and one per group of up to 8 segments (the
-  loose event that vouches for the group), two groups in flight, with the LIST
-  of the loose tail; then a LIST per 1,000 loose events and their GETs,
+* replay: load, one GET per segment and one per group of up to 8 segments and
+  32 MiB (the loose event that vouches for the group), two groups in flight,
+  with the LIST of the loose tail; then a LIST per 1,000 loose events and their GETs,
   ``2 * concurrency`` in flight.
 """
 
@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
@@ -66,8 +67,6 @@ from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_s
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 A = TypeVar("A")
@@ -82,7 +81,11 @@ _sha256 = hashlib.sha256
 _BATCH = 256
 #: Segments read as one group: fetched side by side, checked each on its own as it arrives, and
 #: trusted together when the loose event at the group's end vouches for their chain (``_vouched``).
+#: A group is up to ``_GROUP`` segments, and past its first no more than ``_GROUP_BYTES`` of them
+#: (by their listed sizes); at most two groups' worth of segment bytes are in flight, so that a
+#: read holds a few groups of segments whatever their size (up to ``MAX_SEGMENT_BYTES`` each).
 _GROUP = 8
+_GROUP_BYTES = 32 * 1024 * 1024
 #: Checking a segment holds the GIL; it gives it up (``time.sleep(0)``, about 90 us) every this
 #: many events. A thread that waits for it (one reading a GET's body, one sending a GET) would
 #: otherwise wait up to a switch interval (5 ms) for it at every read of its socket.
@@ -115,6 +118,8 @@ class Meta(msgspec.Struct, frozen=True):
 
     tombstone: bool = False
     segments: list[tuple[int, int]] = msgspec.field(default_factory=list)
+    #: Each segment's size as listed (``segments`` are its keys).
+    segment_bytes: dict[tuple[int, int], int] = msgspec.field(default_factory=dict)
     forks: list[tuple[str, str]] = msgspec.field(default_factory=list)
     #: A salt object: the session was encrypted by rekey, so it accepts no plaintext event.
     salted: bool = False
@@ -163,7 +168,7 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
     """The session's tombstone, segments and fork markers: a LIST of the names after the events."""
     prefix = ctx.layout.session_prefix(session_id)
     tombstone = salted = rekeyed = False
-    segments: list[tuple[int, int]] = []
+    segment_bytes: dict[tuple[int, int], int] = {}
     forks: list[tuple[str, str]] = []
     for info in ctx.backend.list(prefix, start_after=ctx.layout.after_events(session_id)):
         name = info.key[len(prefix) :]
@@ -174,10 +179,10 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
         elif name.startswith("rekeys/"):
             rekeyed = True
         elif (segment := parse_segment(name)) is not None:
-            segments.append(segment)
+            segment_bytes[segment] = info.size
         elif (fork := parse_fork_marker(name)) is not None:
             forks.append(fork)
-    return Meta(tombstone, sorted(segments), forks, salted, rekeyed)
+    return Meta(tombstone, sorted(segment_bytes), segment_bytes, forks, salted, rekeyed)
 
 
 def tombstoned(ctx: StoreContext, manifest: Manifest, meta: Meta) -> bool:
@@ -541,6 +546,14 @@ class _EarlyGets:
             self._futures[seq] = submit()
             return True
 
+    def keep(self, seq: int, data: bytes) -> None:
+        """Bytes already read for ``seq``: ``take`` hands them over as a GET would."""
+        done: Future[bytes | None] = Future()
+        done.set_result(data)
+        with self._lock:
+            if not self._closed:
+                self._futures[seq] = done
+
     def take(self, seq: int) -> Future[bytes | None] | None:
         with self._lock:
             return self._futures.pop(seq, None)
@@ -563,21 +576,27 @@ def _prefetched(
     *,
     early: Callable[[A], Future[B] | None] | None = None,
     primed: Callable[[], None] | None = None,
+    weight: Callable[[A], int] | None = None,
+    budget: int = 0,
 ) -> Generator[tuple[A, B]]:
     """``StoreContext.prefetched``: (item, fetch(item)) in order, ``window`` fetches in flight;
     ``early(item)``: a fetch already sent for it, used instead of a new one; ``primed()`` runs
-    once the first window is submitted."""
+    once the first window is submitted. With ``weight``, no fetch is sent while those in flight
+    weigh more than ``budget`` (one always is)."""
     pending: deque[tuple[A, Future[B]]] = deque()
+    in_flight = 0
     pool = ctx.executor()
     try:
         for item in items:
             future = early(item) if early is not None else None
             pending.append((item, future if future is not None else pool.submit(fetch, item)))
-            if len(pending) >= window:
+            in_flight += weight(item) if weight is not None else 0
+            while len(pending) >= window or (pending and in_flight > budget and weight is not None):
                 if primed is not None:
                     primed()
                     primed = None
                 done, result = pending.popleft()
+                in_flight -= weight(done) if weight is not None else 0
                 yield done, result.result()
         if primed is not None:
             primed()
@@ -741,7 +760,19 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             break
         last, first = max(worth)
         chain.append((first, last))
-    groups = [chain[index : index + _GROUP] for index in range(0, len(chain), _GROUP)]
+    def size_of(segment: tuple[int, int]) -> int:
+        return loaded.meta.segment_bytes.get(segment, MAX_SEGMENT_BYTES)
+
+    groups: list[list[tuple[int, int]]] = []
+    group_bytes = 0
+    for link in chain:
+        size = size_of(link)
+        if groups and len(groups[-1]) < _GROUP and group_bytes + size <= _GROUP_BYTES:
+            groups[-1].append(link)
+            group_bytes += size
+        else:
+            groups.append([link])
+            group_bytes = size
     tail_start = chain[-1][1] + 1 if chain else cursor
     tail: Future[ListPage] | None = None
     early = _EarlyGets()
@@ -756,13 +787,20 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         def fetch(item: tuple[int, int] | int) -> bytes | None:
             return get_event_bytes(ctx, sid, item) if isinstance(item, int) else _segment_bytes(ctx, sid, *item)
 
+        def weight(item: tuple[int, int] | int) -> int:
+            return 0 if isinstance(item, int) else size_of(item)
+
         # two groups' GETs in flight; then the tail's early GETs may go
-        fetched = _prefetched(ctx, wanted, fetch, 2 * (_GROUP + 1), primed=early.release)
+        fetched = _prefetched(
+            ctx, wanted, fetch, 2 * (_GROUP + 1), primed=early.release, weight=weight, budget=2 * _GROUP_BYTES
+        )
         for group in groups:
             # each segment is checked as it arrives, while the next ones are still on their way
             checked = [_checked_segment(manifest, first, last, next(fetched)[1]) for first, last in group]
             _, loose_last = next(fetched)
             if not _vouched(checked, loose_last):
+                if loose_last is not None:  # the first loose events are read from the group's start: not this one again
+                    early.keep(group[-1][1], loose_last)
                 break
             for (first, last), segment in zip(group, checked, strict=True):
                 assert segment is not None  # vouched
@@ -776,7 +814,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         # the tail's page when the loose events start where it does; else they are listed from the cursor
         first_page = tail.result() if tail is not None and cursor == tail_start else None
         expected = cursor
-        for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early if tail is not None else None):
+        for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
             if seq != expected or listed is None:
                 missing = expected if seq != expected else seq
                 if missing == loaded.first_own:
