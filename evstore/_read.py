@@ -117,9 +117,8 @@ class Meta(msgspec.Struct, frozen=True):
     where to read (segments), a reason to refuse (tombstone, salt), never history."""
 
     tombstone: bool = False
-    segments: list[tuple[int, int]] = msgspec.field(default_factory=list)
-    #: Each segment's size as listed (``segments`` are its keys).
-    segment_bytes: dict[tuple[int, int], int] = msgspec.field(default_factory=dict)
+    #: Each segment (first, last), in order, and its size as listed.
+    segments: dict[tuple[int, int], int] = msgspec.field(default_factory=dict)
     forks: list[tuple[str, str]] = msgspec.field(default_factory=list)
     #: A salt object: the session was encrypted by rekey, so it accepts no plaintext event.
     salted: bool = False
@@ -168,7 +167,7 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
     """The session's tombstone, segments and fork markers: a LIST of the names after the events."""
     prefix = ctx.layout.session_prefix(session_id)
     tombstone = salted = rekeyed = False
-    segment_bytes: dict[tuple[int, int], int] = {}
+    segments: dict[tuple[int, int], int] = {}
     forks: list[tuple[str, str]] = []
     for info in ctx.backend.list(prefix, start_after=ctx.layout.after_events(session_id)):
         name = info.key[len(prefix) :]
@@ -179,10 +178,10 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
         elif name.startswith("rekeys/"):
             rekeyed = True
         elif (segment := parse_segment(name)) is not None:
-            segment_bytes[segment] = info.size
+            segments[segment] = info.size
         elif (fork := parse_fork_marker(name)) is not None:
             forks.append(fork)
-    return Meta(tombstone, sorted(segment_bytes), segment_bytes, forks, salted, rekeyed)
+    return Meta(tombstone, dict(sorted(segments.items())), forks, salted, rekeyed)
 
 
 def tombstoned(ctx: StoreContext, manifest: Manifest, meta: Meta) -> bool:
@@ -576,13 +575,13 @@ def _prefetched(
     *,
     early: Callable[[A], Future[B] | None] | None = None,
     primed: Callable[[], None] | None = None,
-    weight: Callable[[A], int] | None = None,
+    weight: Callable[[A], int] = lambda _: 0,
     budget: int = 0,
 ) -> Generator[tuple[A, B]]:
     """``StoreContext.prefetched``: (item, fetch(item)) in order, ``window`` fetches in flight;
     ``early(item)``: a fetch already sent for it, used instead of a new one; ``primed()`` runs
-    once the first window is submitted. With ``weight``, no fetch is sent while those in flight
-    weigh more than ``budget`` (one always is)."""
+    once the first window is submitted; no fetch is sent while those in flight weigh more than
+    ``budget`` (one always goes: by default nothing weighs anything)."""
     pending: deque[tuple[A, Future[B]]] = deque()
     in_flight = 0
     pool = ctx.executor()
@@ -590,13 +589,13 @@ def _prefetched(
         for item in items:
             future = early(item) if early is not None else None
             pending.append((item, future if future is not None else pool.submit(fetch, item)))
-            in_flight += weight(item) if weight is not None else 0
-            while len(pending) >= window or (pending and in_flight > budget and weight is not None):
+            in_flight += weight(item)
+            while len(pending) >= window or in_flight > budget:
                 if primed is not None:
                     primed()
                     primed = None
                 done, result = pending.popleft()
-                in_flight -= weight(done) if weight is not None else 0
+                in_flight -= weight(done)
                 yield done, result.result()
         if primed is not None:
             primed()
@@ -761,7 +760,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         last, first = max(worth)
         chain.append((first, last))
     def size_of(segment: tuple[int, int]) -> int:
-        return loaded.meta.segment_bytes.get(segment, MAX_SEGMENT_BYTES)
+        return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
 
     groups: list[list[tuple[int, int]]] = []
     group_bytes = 0
