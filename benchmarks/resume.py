@@ -99,14 +99,27 @@ class Plan:
     big_rounds: int  # resume rounds for sizes of BIG and more
     append_rounds: int
     amortized_appends: int
+    #: resume rounds, at every size, for the variants that resume in a few requests (``FEW_REQUESTS``),
+    #: when more than the size's rounds: each such run takes under a second, one of the others up to
+    #: 100 s, and the bound these are held to leaves a few ms of margin, so their medians need more runs
+    few_request_rounds: int = 0
     #: the resuming client on a core of its own, the server and the proxy on the others (--pin)
     pinned: bool = False
 
 
 BIG = 10_000
+FEW_REQUESTS = ("evstore-defaults", "evstore-compacted", "strands-snapshot")
 #: With --pin: the core of the resuming client; the server, the proxy and the appends run on the others.
 CLIENT_CORES = {0}
-FULL = Plan(sizes=(100, 1_000, 10_000), delays_ms=(15, 50), rounds=3, big_rounds=1, append_rounds=30, amortized_appends=2048)
+FULL = Plan(
+    sizes=(100, 1_000, 10_000),
+    delays_ms=(15, 50),
+    rounds=3,
+    big_rounds=1,
+    append_rounds=30,
+    amortized_appends=2048,
+    few_request_rounds=9,
+)
 QUICK = Plan(sizes=(100, 1_000), delays_ms=(15, 50), rounds=1, big_rounds=1, append_rounds=5, amortized_appends=256)
 
 
@@ -461,6 +474,7 @@ class Bench:
             big_rounds=plan["big_rounds"],
             append_rounds=plan["append_rounds"],
             amortized_appends=plan.get("amortized_appends", 0),
+            few_request_rounds=plan.get("few_request_rounds", 0),
             pinned=plan.get("pinned", False),
         )
         bench.has_resume = bool(data["has_resume"])
@@ -614,13 +628,16 @@ class Bench:
             got["seconds"], got["cpu"], stats.requests, stats.depth, sent, stats.by_kind, got["context"], server_cpu
         )
 
-    def bench_resume(self, n: int) -> None:
+    def rounds(self, variant: str, n: int) -> int:
         rounds = self.plan.big_rounds if n >= BIG else self.plan.rounds
+        return max(rounds, self.plan.few_request_rounds) if variant in FEW_REQUESTS else rounds
+
+    def bench_resume(self, n: int) -> None:
         for delay_ms in self.plan.delays_ms:
             self.proxy.delay = delay_ms / 1000
-            for r in range(rounds):
+            for r in range(max(self.rounds(variant, n) for variant in VARIANTS)):
                 order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
-                for variant in order:
+                for variant in (v for v in order if r < self.rounds(v, n)):
                     sample = self.resume_once(variant, n)
                     self.restore(self.sessions[(variant, n)])
                     self.samples.setdefault((variant, n, delay_ms), []).append(sample)
@@ -758,6 +775,8 @@ class Bench:
         rounds = f"{self.plan.rounds} round(s)" + (
             f" ({self.plan.big_rounds} at {BIG:,} and more)" if any(n >= BIG for n in self.plan.sizes) else ""
         )
+        if self.plan.few_request_rounds > min(self.plan.rounds, self.plan.big_rounds):
+            rounds += f", and of {self.plan.few_request_rounds} at every size for {', '.join(map(self.label, FEW_REQUESTS))}"
         add(
             f"Median of {rounds} per cell, variants interleaved in alternating order. Requests and dependent round trips "
             "are counted by the proxy (a single figure when every round agreed, else the range); each run meets the same "
@@ -872,6 +891,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=lambda t: parse_list(t, int), help="session lengths in messages")
     parser.add_argument("--rounds", type=int, help="resume rounds per cell (default 3; 1 with --quick)")
     parser.add_argument("--big-rounds", type=int, help=f"resume rounds for sizes of {BIG:,} and more (default 1)")
+    parser.add_argument(
+        "--few-request-rounds",
+        type=int,
+        help=f"resume rounds at every size for {', '.join(FEW_REQUESTS)} (default 9; with --quick as --rounds)",
+    )
     parser.add_argument("--append-rounds", type=int, help="append rounds per cell (default 30; 5 with --quick)")
     parser.add_argument(
         "--amortized-appends", type=int, help="appends to a new session for requests per append (default 2048; 256 quick)"
@@ -908,6 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         big_rounds=args.big_rounds or plan.big_rounds,
         append_rounds=args.append_rounds or plan.append_rounds,
         amortized_appends=args.amortized_appends or plan.amortized_appends,
+        few_request_rounds=args.few_request_rounds or plan.few_request_rounds,
         pinned=args.pin,
     )
     if plan.pinned:

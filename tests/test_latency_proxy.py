@@ -65,6 +65,14 @@ class _UpstreamHandler(BaseHTTPRequestHandler):
             self._reply(b"together")
         elif self.path == "/b/big":
             self._reply(BIG)
+        elif self.path == "/b/close":
+            # answers, then ends its connection: the proxy must not hand that connection to another request
+            self.send_response(200)
+            self.send_header("Content-Length", "6")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"closed")
+            self.close_connection = True
         elif self.path == "/b/chunked":
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -215,6 +223,41 @@ def test_bodies_pass_through_on_one_kept_alive_connection(upstream: _Upstream) -
     assert stats.bytes_down >= len(BIG) * 1 + len(b"alpha-beta-" + b"gamma" * 5000)
     with upstream.lock:
         assert len(upstream.peers) == 1  # one upstream connection served every request of the client connection
+
+
+def test_upstream_connections_are_pooled_across_client_connections(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        for path in ("/b/1", "/b/2", "/b/3"):
+            assert get(connect(proxy), path)[0] == 200  # a new client connection each time, one after another
+        with upstream.lock:
+            assert len(upstream.peers) == 1  # all served on one upstream connection
+        assert concurrent_pair(proxy) == [(200, b"together")] * 2
+        with upstream.lock:
+            assert len(upstream.peers) == 2  # two at once: the pool's one and a new one
+
+
+def test_an_upstream_connection_that_ends_is_not_reused(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        conn = connect(proxy)
+        assert get(conn, "/b/close") == (200, b"closed")
+        assert get(conn, "/b/after") == (200, f"path=/b/after host=127.0.0.1:{proxy.port}".encode())
+        proxy.reset()
+        assert get(connect(proxy), "/b/again")[0] == 200
+        stats = proxy.snapshot()
+    assert (stats.requests, stats.upstream_errors) == (1, 0)
+
+
+def test_a_put_that_expects_100_continue_passes(upstream: _Upstream) -> None:
+    with proxy_for(upstream) as proxy:
+        conn = connect(proxy)
+        conn.putrequest("PUT", "/b/put")
+        conn.putheader("Content-Length", "7")
+        conn.putheader("Expect", "100-continue")
+        conn.endheaders()
+        conn.send(b"payload")
+        response = conn.getresponse()  # skips the interim 100 Continue
+        assert (response.status, response.read()) == (200, b"got daolyap")
+        assert get(conn, "/b/next")[0] == 200  # the connection is still in step
 
 
 def test_an_unreachable_upstream_answers_502_and_counts(upstream: _Upstream) -> None:
