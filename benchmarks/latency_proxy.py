@@ -353,7 +353,7 @@ class _Head:
 
 
 def _read_body(reader: BinaryIO, head: _Head) -> bytes:
-    """A whole request body: by its length, or de-chunked (trailers dropped)."""
+    """A whole body (a request's, or a chunked answer's): by its length, or de-chunked (trailers dropped)."""
     if head.chunked():
         parts: list[bytes] = []
         while True:
@@ -432,8 +432,8 @@ class _Handler(socketserver.BaseRequestHandler):
             proxy._end(ticket)
 
     def _send_upstream(self, request: bytes, body: bytes) -> tuple[_Upstream, _Head]:
-        """Send on a pooled upstream connection and read the answer's head; once more on a fresh
-        connection if a pooled one turned out closed."""
+        """Send on an upstream connection (a pooled one, else a new one) and read the answer's head;
+        when a pooled one turns out closed, on the next (a new one's failure is the answer's)."""
         proxy = self.server.proxy
         while True:
             upstream, reused = proxy._take_upstream()
