@@ -112,19 +112,41 @@ class StoreContext:
                 self._pool = ThreadPoolExecutor(self.concurrency * 2, thread_name_prefix="evstore-get")
             return self._pool
 
-    def prefetched(self, items: Iterable[A], fetch: Callable[[A], B], window: int) -> Generator[tuple[A, B]]:
-        """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight."""
+    def prefetched(
+        self,
+        items: Iterable[A],
+        fetch: Callable[[A], B],
+        window: int,
+        *,
+        early: Callable[[A], Future[B] | None] | None = None,
+        primed: Callable[[], None] | None = None,
+        weight: Callable[[A], int] = lambda _: 0,
+        budget: int = 0,
+    ) -> Generator[tuple[A, B]]:
+        """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight
+        on the pool; ``early(item)``: a fetch already sent for it, used instead of a new one;
+        ``primed()`` runs once the first window is submitted; no fetch is sent while those in
+        flight weigh more than ``budget`` (one always goes: by default nothing weighs anything)."""
         pending: deque[tuple[A, Future[B]]] = deque()
+        in_flight = 0
         pool = self.executor()
         try:
             for item in items:
-                pending.append((item, pool.submit(fetch, item)))
-                if len(pending) >= window:
-                    done, future = pending.popleft()
-                    yield done, future.result()
+                future = early(item) if early is not None else None
+                pending.append((item, future if future is not None else pool.submit(fetch, item)))
+                in_flight += weight(item)
+                while len(pending) >= window or in_flight > budget:
+                    if primed is not None:
+                        primed()
+                        primed = None
+                    done, result = pending.popleft()
+                    in_flight -= weight(done)
+                    yield done, result.result()
+            if primed is not None:
+                primed()
             while pending:
-                done, future = pending.popleft()
-                yield done, future.result()
+                done, result = pending.popleft()
+                yield done, result.result()
         finally:
             for _, future in pending:
                 future.cancel()

@@ -23,10 +23,9 @@ import hashlib
 import itertools
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -69,8 +68,6 @@ from ._views import ContextFolder, Event, Repair
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-A = TypeVar("A")
-B = TypeVar("B")
 
 #: The session-relative name of the highest possible seq: every event name sorts at or before it.
 _LAST_SEQ_NAME = format_seq(MAX_SEQ)
@@ -516,7 +513,7 @@ def _loose_events(
     def fetch(seq: int) -> bytes | None:
         return get_event_bytes(ctx, session_id, seq)
 
-    return _prefetched(ctx, seqs(), fetch, ctx.concurrency * 2, early=early.take if early is not None else None)
+    return ctx.prefetched(seqs(), fetch, ctx.concurrency * 2, early=early.take if early is not None else None)
 
 
 class _EarlyGets:
@@ -564,46 +561,6 @@ class _EarlyGets:
             self._futures.clear()
         self._released.set()
         for future in left:
-            future.cancel()
-
-
-def _prefetched(
-    ctx: StoreContext,
-    items: Iterable[A],
-    fetch: Callable[[A], B],
-    window: int,
-    *,
-    early: Callable[[A], Future[B] | None] | None = None,
-    primed: Callable[[], None] | None = None,
-    weight: Callable[[A], int] = lambda _: 0,
-    budget: int = 0,
-) -> Generator[tuple[A, B]]:
-    """``StoreContext.prefetched``: (item, fetch(item)) in order, ``window`` fetches in flight;
-    ``early(item)``: a fetch already sent for it, used instead of a new one; ``primed()`` runs
-    once the first window is submitted; no fetch is sent while those in flight weigh more than
-    ``budget`` (one always goes: by default nothing weighs anything)."""
-    pending: deque[tuple[A, Future[B]]] = deque()
-    in_flight = 0
-    pool = ctx.executor()
-    try:
-        for item in items:
-            future = early(item) if early is not None else None
-            pending.append((item, future if future is not None else pool.submit(fetch, item)))
-            in_flight += weight(item)
-            while len(pending) >= window or in_flight > budget:
-                if primed is not None:
-                    primed()
-                    primed = None
-                done, result = pending.popleft()
-                in_flight -= weight(done)
-                yield done, result.result()
-        if primed is not None:
-            primed()
-        while pending:
-            done, result = pending.popleft()
-            yield done, result.result()
-    finally:
-        for _, future in pending:
             future.cancel()
 
 
@@ -790,9 +747,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             return 0 if isinstance(item, int) else size_of(item)
 
         # two groups' GETs in flight; then the tail's early GETs may go
-        fetched = _prefetched(
-            ctx, wanted, fetch, 2 * (_GROUP + 1), primed=early.release, weight=weight, budget=2 * _GROUP_BYTES
-        )
+        fetched = ctx.prefetched(wanted, fetch, 2 * (_GROUP + 1), primed=early.release, weight=weight, budget=2 * _GROUP_BYTES)
         for group in groups:
             # each segment is checked as it arrives, while the next ones are still on their way
             checked = [_checked_segment(manifest, first, last, next(fetched)[1]) for first, last in group]

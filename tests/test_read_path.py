@@ -224,8 +224,8 @@ def test_prefetching_keeps_the_weight_in_flight_within_its_budget() -> None:
         in_flight.append(sum(weights[i] for i in sent))
         sent.append(index)
 
-    fetched = _read._prefetched(
-        Store(MemoryStore()).shared, range(len(weights)), lambda i: i * i, 100, early=early, weight=weights.__getitem__, budget=25
+    fetched = Store(MemoryStore()).shared.prefetched(
+        range(len(weights)), lambda i: i * i, 100, early=early, weight=weights.__getitem__, budget=25
     )
     for index, result in fetched:
         assert (index, result) == (sent.pop(0), index * index)
