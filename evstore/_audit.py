@@ -129,12 +129,12 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
     kid = ctx.keyring.active
     if kid is None:
         raise InvalidInputError("rekey needs an active key (EVSTORE_KEY or a keyring with an active key)")
-    loaded = _read.load(ctx, session_id)
+    loaded = _read.load(ctx, session_id, every=True)
     manifest = loaded.manifest
     _ensure_salt(ctx, loaded)
     key = _read.session_key(ctx, manifest, kid)
     prefix = ctx.layout.session_prefix(session_id)
-    segments = [ctx.layout.segment_key(session_id, a, b) for a, b in loaded.meta.segments]
+    segments = [loaded.meta.segment_key(ctx.layout, session_id, segment) for segment in loaded.meta.segments]
     if segments:
         ctx.backend.delete_many(segments)
     bare = Loaded(manifest, loaded.genesis, Meta())

@@ -7,9 +7,14 @@
     <root>/sessions/<sid>/tombstone        written by delete; the session is gone
     <root>/sessions/<sid>/forks/<c>@<uid>  one marker per fork c of this session
     <root>/sessions/<sid>/segments/<a>-<b> a compaction segment holding events a..b
+    <root>/sessions/<sid>/young/<M-b>-<a>  a segment of a lower level of automatic compaction,
+                                           named by its end counted down from M = MAX_SEQ
 
 Every name that is not a seq starts with a lowercase letter, so it sorts after
-all seqs: a LIST of a session yields its events in order, then the rest.
+all seqs: a LIST of a session yields its events in order, then the rest, with
+``young/`` last. Automatic compaction leaves a segment of its lowest level every
+32 events and none is ever replaced; a reader needs only the newest few, and
+named newest first at the end of the listing, they are the first it meets there.
 Pure functions only.
 """
 
@@ -22,6 +27,8 @@ from ._errors import InvalidInputError
 SEQ_WIDTH = 20
 MAX_SEQ = 10**SEQ_WIDTH - 1
 SESSIONS = "sessions/"
+SEGMENTS = "segments/"
+YOUNG = "young/"
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -79,7 +86,18 @@ class Layout:
         return f"{self.session_prefix(parent_id)}forks/{child_id}@{child_uid}"
 
     def segment_key(self, session_id: str, first: int, last: int) -> str:
-        return f"{self.session_prefix(session_id)}segments/{format_seq(first)}-{format_seq(last)}"
+        return f"{self.session_prefix(session_id)}{SEGMENTS}{format_seq(first)}-{format_seq(last)}"
+
+    def young_key(self, session_id: str, first: int, last: int) -> str:
+        """A lower-level segment's name: its end counted down from ``MAX_SEQ``, so the newest sort first."""
+        return f"{self.session_prefix(session_id)}{YOUNG}{format_seq(MAX_SEQ - last)}-{format_seq(first)}"
+
+    def young_prefix(self, session_id: str) -> str:
+        return self.session_prefix(session_id) + YOUNG
+
+    def young_start(self, session_id: str, upto: int) -> str:
+        """A start-after key for a LIST of ``young_prefix`` that skips the segments ending after ``upto``."""
+        return f"{self.young_prefix(session_id)}{format_seq(MAX_SEQ - upto - 1)}~" if upto < MAX_SEQ else ""
 
     def after_events(self, session_id: str) -> str:
         """A start-after key that skips every event of the session (lists its other objects)."""
@@ -104,9 +122,14 @@ def parse_fork_marker(name: str) -> tuple[str, str] | None:
 
 
 def parse_segment(name: str) -> tuple[int, int] | None:
-    """(first, last) seq from a session-relative name ``segments/<a>-<b>``."""
-    if not name.startswith("segments/"):
+    """(first, last) seq from a session-relative name ``segments/<a>-<b>`` or ``young/<M-b>-<a>``."""
+    if name.startswith(SEGMENTS):
+        a_text, dash, b_text = name[len(SEGMENTS) :].partition("-")
+        a, b = parse_seq(a_text), parse_seq(b_text)
+    elif name.startswith(YOUNG):
+        down, dash, a_text = name[len(YOUNG) :].partition("-")
+        a, countdown = parse_seq(a_text), parse_seq(down)
+        b = None if countdown is None else MAX_SEQ - countdown
+    else:
         return None
-    first, dash, last = name[len("segments/") :].partition("-")
-    a, b = parse_seq(first), parse_seq(last)
     return (a, b) if dash and a is not None and b is not None and a <= b else None

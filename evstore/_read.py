@@ -62,7 +62,17 @@ from ._errors import (
     SessionExpiredError,
     SessionNotFoundError,
 )
-from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_seq, validate_session_id
+from ._ids import (
+    MAX_SEQ,
+    YOUNG,
+    Layout,
+    format_seq,
+    parse_fork_marker,
+    parse_segment,
+    parse_seq,
+    validate_seq,
+    validate_session_id,
+)
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
@@ -91,6 +101,11 @@ _YIELD_EVERY = 256
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
 _TAIL_FIRST_PAGE = 64
+#: A read of the non-event objects stops at the page that shows this many young segments
+#: (``young/``, listed last, newest first): automatic compaction's chain after its newest top-level
+#: segment is among the newest 81 (63 of the lowest level, 15 and 3 of the next). Planted names that
+#: push them out cost requests (their loose events are read), not truth.
+_YOUNG_NEEDED = 128
 
 
 class SessionInfo(msgspec.Struct, frozen=True):
@@ -121,6 +136,14 @@ class Meta(msgspec.Struct, frozen=True):
     salted: bool = False
     #: Rekey records exist (``rekeys/...``): the session's events may be under a newer key id.
     rekeyed: bool = False
+    #: The segments of ``segments`` named under ``young/`` only (``Layout.young_key``).
+    young: frozenset[tuple[int, int]] = frozenset()
+
+    def segment_key(self, layout: Layout, session_id: str, segment: tuple[int, int]) -> str:
+        """Where the segment (first, last) is stored."""
+        if segment in self.young:
+            return layout.young_key(session_id, *segment)
+        return layout.segment_key(session_id, *segment)
 
 
 def first_own_seq(manifest: Manifest) -> int:
@@ -160,13 +183,37 @@ def read_manifest(ctx: StoreContext, session_id: str) -> tuple[Manifest, str] | 
     return decode_manifest(stored.data, session_id), sha256_hex(stored.data)
 
 
-def read_meta(ctx: StoreContext, session_id: str) -> Meta:
-    """The session's tombstone, segments and fork markers: a LIST of the names after the events."""
+def _list_meta(ctx: StoreContext, session_id: str, every: bool) -> list[ObjectInfo]:
+    """The objects after the session's events, a page at a time, up to the ``_YOUNG_NEEDED``-th
+    young segment (or with ``every``, all of them): the young ones are listed last, newest first."""
+    prefix = ctx.layout.session_prefix(session_id)
+    young_prefix = ctx.layout.young_prefix(session_id)
+    objects: list[ObjectInfo] = []
+    start = ctx.layout.after_events(session_id)
+    while True:
+        page = ctx.backend.list_page(prefix, start_after=start)
+        objects += page.objects
+        young = sum(1 for info in objects if info.key.startswith(young_prefix))
+        if not page.truncated or (young >= _YOUNG_NEEDED and not every):
+            return objects
+        start = page.next_start_after
+
+
+def _list_young(ctx: StoreContext, session_id: str, upto: int) -> list[ObjectInfo]:
+    """The newest ``_YOUNG_NEEDED`` young segments that end at or before ``upto``: one LIST."""
+    layout = ctx.layout
+    start = layout.young_start(session_id, upto)
+    return ctx.backend.list_page(layout.young_prefix(session_id), start_after=start, max_keys=_YOUNG_NEEDED).objects
+
+
+def _meta(ctx: StoreContext, session_id: str, objects: list[ObjectInfo]) -> Meta:
     prefix = ctx.layout.session_prefix(session_id)
     tombstone = salted = rekeyed = False
     segments: dict[tuple[int, int], int] = {}
+    young: set[tuple[int, int]] = set()
+    plain: set[tuple[int, int]] = set()
     forks: list[tuple[str, str]] = []
-    for info in ctx.backend.list(prefix, start_after=ctx.layout.after_events(session_id)):
+    for info in objects:
         name = info.key[len(prefix) :]
         if name == "tombstone":
             tombstone = True
@@ -176,9 +223,30 @@ def read_meta(ctx: StoreContext, session_id: str) -> Meta:
             rekeyed = True
         elif (segment := parse_segment(name)) is not None:
             segments[segment] = info.size
+            (young if name.startswith(YOUNG) else plain).add(segment)
         elif (fork := parse_fork_marker(name)) is not None:
             forks.append(fork)
-    return Meta(tombstone, dict(sorted(segments.items())), forks, salted, rekeyed)
+    # a range stored under both names is read from segments/
+    return Meta(tombstone, dict(sorted(segments.items())), forks, salted, rekeyed, frozenset(young - plain))
+
+
+def _send_listings(ctx: StoreContext, session_id: str, upto: int | None, every: bool) -> list[Future[list[ObjectInfo]]]:
+    pool = ctx.executor()
+    listings = [pool.submit(_list_meta, ctx, session_id, every)]
+    if upto is not None:
+        listings.append(pool.submit(_list_young, ctx, session_id, upto))
+    return listings
+
+
+def _meta_of(ctx: StoreContext, session_id: str, listings: list[Future[list[ObjectInfo]]]) -> Meta:
+    return _meta(ctx, session_id, [info for listing in listings for info in listing.result()])
+
+
+def read_meta(ctx: StoreContext, session_id: str, *, upto: int | None = None, every: bool = False) -> Meta:
+    """The session's tombstone, segments and fork markers: the LIST of the names after its events,
+    which (unless ``every``) shows only the newest young segments; with ``upto``, the LIST of the
+    young ones that end at or before it, sent alongside."""
+    return _meta_of(ctx, session_id, _send_listings(ctx, session_id, upto, every))
 
 
 def tombstoned(ctx: StoreContext, manifest: Manifest, meta: Meta) -> bool:
@@ -212,17 +280,26 @@ def gone(ctx: StoreContext, session_id: str) -> SessionNotFoundError | SessionEx
     return SessionNotFoundError(session_id)
 
 
-def load(ctx: StoreContext, session_id: str, *, deleted_ok: bool = False, found: tuple[Manifest, str] | None = None) -> Loaded:
-    """Manifest and listing of a session (``found``: a manifest the caller already read)."""
+def load(
+    ctx: StoreContext,
+    session_id: str,
+    *,
+    deleted_ok: bool = False,
+    found: tuple[Manifest, str] | None = None,
+    upto: int | None = None,
+    every: bool = False,
+) -> Loaded:
+    """Manifest and listing of a session (``found``: a manifest the caller already read; ``upto``,
+    the last seq the caller reads, and ``every``: see ``read_meta``)."""
     validate_session_id(session_id)
-    listing = None if found else ctx.executor().submit(read_meta, ctx, session_id)  # together with the manifest GET
+    listings = [] if found else _send_listings(ctx, session_id, upto, every)  # with the manifest GET
     found = found or read_manifest(ctx, session_id)
     if found is None:
-        if listing is not None:
+        for listing in listings:
             listing.cancel()
         raise gone(ctx, session_id)
     manifest, genesis = found
-    meta = listing.result() if listing is not None else read_meta(ctx, session_id)
+    meta = _meta_of(ctx, session_id, listings or _send_listings(ctx, session_id, upto, every))
     if meta.tombstone and not tombstoned(ctx, manifest, meta):
         meta = msgspec.structs.replace(meta, tombstone=False)  # an earlier incarnation's, left behind
     if meta.tombstone and not deleted_ok:
@@ -564,10 +641,10 @@ class _EarlyGets:
             future.cancel()
 
 
-def _segment_bytes(ctx: StoreContext, session_id: str, first: int, last: int) -> bytes | None:
+def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
     """A segment's bytes; None when it is gone, too large or unreadable (the loose events stand for it)."""
     try:
-        return ctx.backend.get(ctx.layout.segment_key(session_id, first, last), max_bytes=MAX_SEGMENT_BYTES).data
+        return ctx.backend.get(key, max_bytes=MAX_SEGMENT_BYTES).data
     except (ObjectMissing, IntegrityError):
         return None
 
@@ -741,7 +818,9 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             wanted += [*group, group[-1][1]]
 
         def fetch(item: tuple[int, int] | int) -> bytes | None:
-            return get_event_bytes(ctx, sid, item) if isinstance(item, int) else _segment_bytes(ctx, sid, *item)
+            if isinstance(item, int):
+                return get_event_bytes(ctx, sid, item)
+            return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
 
         def weight(item: tuple[int, int] | int) -> int:
             return 0 if isinstance(item, int) else size_of(item)
@@ -841,11 +920,11 @@ def lineage_batches(
         if len(lineage_ids) > MAX_FORK_DEPTH or f"{parent.sid}@{parent.uid}" in lineage_ids:
             raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
         if start <= parent.seq:
-            ancestor = load(ctx, parent.sid, deleted_ok=True)
+            inherited_end = min(parent.seq, end) if end is not None else parent.seq
+            ancestor = load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
             last: RawEvent | None = None
-            inherited_end = min(parent.seq, end) if end is not None else parent.seq
             for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
                 if item[1]:
                     last = item[1][-1]
@@ -910,7 +989,7 @@ def replay(ctx: StoreContext, session_id: str, *, start: int = 1, end: int | Non
     ``KeyRequiredError`` — lazily, as iteration reaches the problem.
     """
     check_range(start, end)
-    loaded = load(ctx, session_id)
+    loaded = load(ctx, session_id, upto=end)
     for manifest, batch in lineage_batches(ctx, loaded, start, end):
         plain = manifest.kid is None  # else a plaintext body is refused by open_body
         for raw in batch:
@@ -939,7 +1018,7 @@ def context(ctx: StoreContext, session_id: str, *, repair: Repair = "error") -> 
 
 
 def info(ctx: StoreContext, session_id: str) -> SessionInfo:
-    loaded = load(ctx, session_id)
+    loaded = load(ctx, session_id, every=True)  # every segment, to count them
     head = find_head(ctx, loaded)
     manifest = loaded.manifest
     forks = live_forks(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path

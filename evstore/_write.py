@@ -321,18 +321,19 @@ class Session:
         the last ``size * 4``, and so on. Each segment is written once, with the bytes this writer
         holds (what it appended, or read when it resumed); a level whose events it does not hold
         is left to ``compact``. ``COMPACTION_LEVELS`` levels: amortized, at most ``1/size * 4/3``
-        PUTs per append (1.0415 at 32).
+        PUTs per append (1.0415 at 32). The levels below the top are named newest first
+        (``young/``), so a reader lists the few it needs, not one per ``size`` events.
 
         Segments are derived and the append has already succeeded, so a failed segment PUT (a
         role without the right, a flaky store) is dropped: readers use the loose events."""
-        level = size
+        level, top = size, top_level(size)
         while seq % level == 0 and level <= len(self._recent):  # it holds at most a top level's events
             first = seq - level + 1
             run = [(s, self._recent[s]) for s in range(first, seq + 1) if s in self._recent]
             if len(run) != level:
                 return
             with contextlib.suppress(EvstoreError):
-                _write_segment(self._ctx, self.manifest, run)
+                _write_segment(self._ctx, self.manifest, run, lower=level < top)
             level *= COMPACTION_FANOUT
 
     def _resolve_taken(self, seq: int, write_id: str, idempotency_key: str | None) -> bytes:
@@ -472,16 +473,16 @@ def compact(ctx: StoreContext, session_id: str, *, segment_size: int = 1000) -> 
     return made
 
 
-def _write_segment(ctx: StoreContext, manifest: Manifest, run: list[tuple[int, bytes]]) -> bool:
-    """PUT a segment of the run of events (once: another writer or compactor may have made it);
+def _write_segment(ctx: StoreContext, manifest: Manifest, run: list[tuple[int, bytes]], *, lower: bool = False) -> bool:
+    """PUT a segment of the run of events (once: another writer or compactor may have made it),
+    under ``young/`` for a ``lower`` level of automatic compaction (see ``Layout.young_key``);
     False for a run too large to be read back as one segment (its loose events serve)."""
     data = pack_segment(manifest.sid, manifest.uid, run)
     if len(data) > MAX_SEGMENT_BYTES:
         return False
+    name = ctx.layout.young_key if lower else ctx.layout.segment_key
     with contextlib.suppress(ObjectExists):
-        ctx.backend.create(
-            ctx.layout.segment_key(manifest.sid, run[0][0], run[-1][0]), data, tags=ctx.tags_for(manifest.retention)
-        )
+        ctx.backend.create(name(manifest.sid, run[0][0], run[-1][0]), data, tags=ctx.tags_for(manifest.retention))
     return True
 
 
@@ -499,7 +500,8 @@ def resume(
     first append (a fork adds one per ancestor): the manifest GET with the LIST of the
     non-event objects; the segment GETs (with the loose event that vouches for each group of
     them) with the LIST of the loose tail; the tail's GETs. More only for a chain of more than
-    16 segments or more than one LIST page of non-event objects (see ``_read.own_batches``).
+    16 segments, or for more than one LIST page of non-event objects before the newest young
+    segments (see ``_read.own_batches`` and ``_read.read_meta``).
     The writer's head is the last event read (no head GET), and it holds the bytes it read
     for automatic compaction.
     """

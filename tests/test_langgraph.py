@@ -176,7 +176,7 @@ def grow(saver: EvstoreSaver, thread: str, steps: int, big: str) -> tuple[Any, d
 def stored_bytes(store: Store) -> int:
     """The bytes of the log itself: events and manifests. Segments (derived copies that writers
     pack as they go) hold each event at most once per level, so they add a bounded factor."""
-    return sum(info.size for info in store.backend.list("") if "/segments/" not in info.key)
+    return sum(info.size for info in store.backend.list("") if "/segments/" not in info.key and "/young/" not in info.key)
 
 
 # ---- request and byte counts -------------------------------------------------------------------------

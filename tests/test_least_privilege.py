@@ -180,7 +180,13 @@ def test_writer_may_create_only_events_manifests_fork_markers_and_segments() -> 
     (put,) = statements_allowing(policy, "s3:PutObject")
     sessions = f"arn:aws:s3:::my-bucket/{ROOT}/sessions/"
     assert sorted(resources_of(put)) == sorted(
-        [sessions + "*/0*", sessions + "*/manifest", sessions + "*/forks/*", sessions + "*/segments/*"]
+        [
+            sessions + "*/0*",
+            sessions + "*/manifest",
+            sessions + "*/forks/*",
+            sessions + "*/segments/*",
+            sessions + "*/young/*",
+        ]
     )
     (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObject"]
     assert "Condition" not in deny

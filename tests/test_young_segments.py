@@ -1,0 +1,139 @@
+"""Young segments: automatic compaction names the segments of its lower levels by their end, newest
+first, under ``young/`` (listed last), so a read lists the few it needs at any session length,
+while the top level keeps ``segments/`` names (one per 2,048 events by default)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from evstore import Keyring, MemoryStore, Store, generate_key
+from evstore._codec import pack_segment
+from evstore._ids import MAX_SEQ, Layout, parse_segment
+
+from .helpers import CountingStore, msg
+from .test_resume import DelayedStore, written
+
+_SEQS = st.integers(1, MAX_SEQ)
+
+
+@given(st.lists(st.tuples(_SEQS, _SEQS).map(sorted), min_size=1, max_size=20), _SEQS)
+def test_young_names_parse_back_sort_newest_first_and_start_where_asked(ranges: list[list[int]], upto: int) -> None:
+    layout = Layout()
+    names = {layout.young_key("s", first, last): (first, last) for first, last in ranges}
+    prefix = layout.session_prefix("s")
+    assert {parse_segment(key[len(prefix) :]) for key in names} == set(names.values())
+    ends = [names[key][1] for key in sorted(names)]
+    assert ends == sorted(ends, reverse=True)  # by name: the newest end first
+    start = layout.young_start("s", upto)
+    assert {names[key] for key in names if key > start} == {r for r in names.values() if r[1] <= upto}
+
+
+def test_young_names_are_listed_after_every_other_name_of_a_session() -> None:
+    layout = Layout("root")
+    young = layout.young_key("s", 1, 2)
+    others = [layout.tombstone_key("s"), layout.segment_key("s", 1, MAX_SEQ), layout.fork_marker_key("s", "z", "u")]
+    assert all(other < young for other in [*others, layout.manifest_key("s"), layout.event_key("s", MAX_SEQ)])
+
+
+def test_automatic_compaction_names_its_lower_levels_young_and_its_top_level_segments() -> None:
+    memory = MemoryStore()
+    written(Store(memory, root="root", auto_compact=2), "s", 300)  # levels of 2, 8, 32 and 128 events
+    prefix = "root/sessions/s/"
+    found: dict[str, set[int]] = {"segments/": set(), "young/": set()}
+    for info in memory.list(prefix):
+        name = info.key[len(prefix) :]
+        if (segment := parse_segment(name)) is not None:
+            found[name.split("/")[0] + "/"].add(segment[1] - segment[0] + 1)
+    assert found == {"segments/": {128}, "young/": {2, 8, 32}}
+
+
+def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> None:
+    """Past about 1,500 events at ``auto_compact=2`` (24,000 by default) the segment names no
+    longer fit one LIST page; the reader still needs one, and 4 round trips with the append."""
+    inner = MemoryStore()
+    written(Store(inner, root="root", auto_compact=2), "s", 1541)  # 12 top-level segments, 1,022 young ones, a tail of 1
+    assert sum(1 for _ in inner.list("root/sessions/s/young/")) > 1000
+    counting = CountingStore(inner)
+    writer, context = Store(counting, root="root").resume("s")
+    assert [m["content"] for m in context] == [f"m{i}" for i in range(1541)]
+    assert counting.counts["LIST"] == 2  # the non-event objects (one page), the loose tail
+    # the manifest, a chain of 14 segments, the loose event at the end of each of their 2 groups, the tail
+    assert counting.counts["GET"] == 1 + 14 + 2 + 1
+    delayed = DelayedStore(inner, 0.04)
+    writer, _ = Store(delayed, root="root").resume("s")
+    writer.append(msg("next"))
+    assert delayed.chain() <= 4
+
+
+def test_the_listing_stays_one_page_at_30000_events_by_default() -> None:
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", 30000)
+    assert sum(1 for _ in inner.list("root/sessions/s/young/")) > 1000
+    counting = CountingStore(inner)
+    assert len(Store(counting, root="root").context("s")) == 30000
+    # the manifest, 19 segments and the loose event of each of their 3 groups, 16 loose events
+    assert counting.counts == {"GET": 1 + 19 + 3 + 16, "LIST": 2}
+
+
+def test_a_read_that_ends_early_lists_the_young_segments_that_end_before_it() -> None:
+    """A fork made long ago, or a replay with an end, reads its range from young segments too:
+    the LIST of those that end at or before the range's end goes out with the manifest GET."""
+    memory = MemoryStore()
+    store = Store(memory, root="root", auto_compact=2)
+    written(store, "p", 3000)
+    store.fork("p", "f", at=1000).append(msg("own"))
+    counting = CountingStore(memory)
+    reader = Store(counting, root="root")
+    assert [m["content"] for m in reader.context("f")] == [*(f"m{i}" for i in range(1000)), "own"]
+    assert counting.counts["GET"] < 40  # segments, not a thousand loose events
+    counting.reset()
+    assert [e.seq for e in reader.replay("p", start=900, end=1100)] == list(range(900, 1101))
+    assert counting.counts["GET"] < 10 and counting.counts["LIST"] == 2  # the non-event objects, the young ones
+
+
+def test_planted_young_names_cost_requests_never_truth() -> None:
+    """An attacker who may create objects plants young names that sort first (pushing the real
+    ones out of the listing) and a forged young segment: the reader falls back to loose events."""
+    memory = MemoryStore()
+    store = Store(memory, root="root", auto_compact=2)
+    written(store, "s", 300)
+    layout = store.layout
+    for first in range(1, 200):  # each reaches furthest, so the chain starts with one: it fails its check
+        memory.create(layout.young_key("s", first, MAX_SEQ - 1), b"evstore-segment\nnot a segment")
+    forged = [(seq, msg(f"forged {seq}")["content"].encode()) for seq in range(297, 301)]
+    memory.create(layout.young_key("s", 297, 300), pack_segment("s", "not-the-uid", forged))
+    counting = CountingStore(memory)
+    writer, context = Store(counting, root="root").resume("s")
+    assert [m["content"] for m in context] == [f"m{i}" for i in range(300)]
+    assert writer.append(msg("next")) == 301
+
+
+def test_sessions_written_before_young_names_read_the_same() -> None:
+    """Lower-level segments under ``segments/`` (as automatic compaction named them before) still serve."""
+    memory = MemoryStore()
+    written(Store(memory, root="root", auto_compact=2), "s", 300)
+    prefix = "root/sessions/s/"
+    for info in list(memory.list(prefix + "young/")):
+        first, last = parse_segment(info.key[len(prefix) :]) or (0, 0)
+        memory.create(Layout("root").segment_key("s", first, last), memory.get(info.key).data)
+        memory.delete_many([info.key])
+    counting = CountingStore(memory)
+    assert [m["content"] for m in Store(counting, root="root").context("s")] == [f"m{i}" for i in range(300)]
+    assert counting.counts["LIST"] == 2 and counting.counts["GET"] < 12
+
+
+def test_info_counts_every_segment_and_rekey_removes_the_young_ones_too() -> None:
+    memory = MemoryStore()
+    written(Store(memory, root="root", auto_compact=2), "s", 600)
+    prefix = "root/sessions/s/"
+
+    def segments() -> int:
+        return sum(1 for info in memory.list(prefix) if parse_segment(info.key[len(prefix) :]) is not None)
+
+    before = segments()
+    assert before > 128 and Store(memory, root="root").info("s").segments == before
+    encrypted = Store(memory, root="root", keyring=Keyring.from_key(generate_key(), "k1"), auto_compact=None)
+    assert encrypted.rekey("s").resealed == 600
+    assert segments() == 0  # their bytes are no longer the events': gone, not passed over on every read
+    assert [m["content"] for m in encrypted.context("s")] == [f"m{i}" for i in range(600)]
