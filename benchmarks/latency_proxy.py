@@ -417,15 +417,22 @@ class _Handler(socketserver.BaseRequestHandler):
             except (OSError, http.client.HTTPException) as exc:
                 self._bad_gateway(method, exc, lambda down: proxy._finished(ticket, up, down, True))
                 return False
+            pooled = False
+
+            def finished(down: int, reusable: bool) -> None:
+                # the answer is all read: a reusable upstream connection goes back to the pool before the
+                # client has the last byte, so the client's next request always finds it there
+                nonlocal pooled
+                if reusable:
+                    proxy._put_upstream(upstream)
+                    pooled = True
+                proxy._finished(ticket, up, down, False)
+
             try:
-                reusable = self._relay(method, upstream, answer, lambda down: proxy._finished(ticket, up, down, False))
-            except BaseException:
-                upstream.close()
-                raise
-            if reusable:
-                proxy._put_upstream(upstream)
-            else:
-                upstream.close()
+                self._relay(method, upstream, answer, finished)
+            finally:
+                if not pooled:
+                    upstream.close()
             return keep
         finally:
             proxy._finished(ticket, up, 0, True)  # a no-op when the answer got as far as its last write
@@ -455,15 +462,23 @@ class _Handler(socketserver.BaseRequestHandler):
                 upstream.close()
                 raise
 
-    def _relay(self, method: bytes, upstream: _Upstream, answer: _Head, finished: Callable[[int], None]) -> bool:
-        """Pass the answer on as it arrives; call ``finished(body bytes)`` just before the last write.
-        True when the upstream connection can serve another request."""
+    def _relay(
+        self, method: bytes, upstream: _Upstream, answer: _Head, finished_with: Callable[[int, bool], None]
+    ) -> None:
+        """Pass the answer on as it arrives; call ``finished(body bytes, reusable)`` once the whole answer
+        is read from upstream, just before the last write (reusable: the upstream connection can serve
+        another request)."""
         status = answer.start.split(b" ", 2)
         code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 502
         length = answer.length()
         bodiless = method == b"HEAD" or code in (204, 304) or 100 <= code < 200
         head = answer.start + b"\r\n" + answer.passed_on()
         send = self.request.sendall
+        reusable = not answer.wants_close(status[0])
+
+        def finished(down: int) -> None:
+            finished_with(down, reusable)
+
         if bodiless:
             finished(0)
             send(head + (b"Content-Length: %d\r\n" % length if length is not None else b"") + b"\r\n")
@@ -496,16 +511,13 @@ class _Handler(socketserver.BaseRequestHandler):
                 sent = len(body)
                 if body:
                     send(b"%x\r\n%s\r\n" % (len(body), body))
-            else:
+            else:  # upstream ends the connection to end the body
                 while piece := upstream.reader.read1(_CHUNK):
                     sent += len(piece)
                     send(b"%x\r\n%s\r\n" % (len(piece), piece))
-                finished(sent)
-                send(b"0\r\n\r\n")
-                return False  # upstream ended the connection to end the body
+                reusable = False
             finished(sent)
             send(b"0\r\n\r\n")
-        return not answer.wants_close(status[0])
 
     def _bad_gateway(self, method: bytes, exc: BaseException, finished: Callable[[int], None]) -> None:
         payload = f"latency proxy: upstream failed: {type(exc).__name__}: {exc}".encode()
