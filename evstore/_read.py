@@ -189,11 +189,12 @@ def _list_meta(ctx: StoreContext, session_id: str, every: bool) -> list[ObjectIn
     prefix = ctx.layout.session_prefix(session_id)
     young_prefix = ctx.layout.young_prefix(session_id)
     objects: list[ObjectInfo] = []
+    young = 0
     start = ctx.layout.after_events(session_id)
     while True:
         page = ctx.backend.list_page(prefix, start_after=start)
         objects += page.objects
-        young = sum(1 for info in objects if info.key.startswith(young_prefix))
+        young += sum(1 for info in page.objects if info.key.startswith(young_prefix))
         if not page.truncated or (young >= _YOUNG_NEEDED and not every):
             return objects
         start = page.next_start_after
