@@ -9,6 +9,7 @@ from typing import Any
 
 from evstore import ObjectStore
 from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+from evstore._ids import parse_segment
 
 
 class CountingStore(ObjectStore):
@@ -108,3 +109,13 @@ class Clock:
 
     def advance(self, **delta: float) -> None:
         self.now += timedelta(**delta)
+
+
+def segment_sizes(backend: ObjectStore, prefix: str) -> dict[str, set[int]]:
+    """The sizes (events) of the segments under a session's ``prefix``, by kind of name ("segments", "young")."""
+    sizes: dict[str, set[int]] = {"segments": set(), "young": set()}
+    for info in backend.list(prefix):
+        name = info.key[len(prefix) :]
+        if (segment := parse_segment(name)) is not None:
+            sizes[name.split("/")[0]].add(segment[1] - segment[0] + 1)
+    return sizes

@@ -12,9 +12,8 @@ import pytest
 
 from evstore import AsyncStore, MemoryStore, ObjectStore, Store
 from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
-from evstore._ids import parse_segment
 
-from .helpers import CountingStore, msg
+from .helpers import CountingStore, msg, segment_sizes
 
 
 class DelayedStore(ObjectStore):
@@ -181,12 +180,7 @@ def test_amortized_requests_per_append_stay_at_most_1_05_by_default() -> None:
     assert store.info("s").segments > 0
     # four levels, and none above: a long session resumes from segments of at most 2,048 events;
     # the top level under segments/, the three below it young (see tests/test_young_segments.py)
-    prefix = "root/sessions/s/"
-    sizes: dict[str, set[int]] = {"segments": set(), "young": set()}
-    for info in counting.inner.list(prefix):
-        if (segment := parse_segment(info.key[len(prefix) :])) is not None:
-            sizes[info.key[len(prefix) :].split("/")[0]].add(segment[1] - segment[0] + 1)
-    assert sizes == {"segments": {2048}, "young": {32, 128, 512}}
+    assert segment_sizes(counting.inner, "root/sessions/s/") == {"segments": {2048}, "young": {32, 128, 512}}
 
 
 def test_the_loose_tail_stays_short_by_default_so_replay_needs_few_requests() -> None:

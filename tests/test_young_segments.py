@@ -11,7 +11,7 @@ from evstore import Keyring, MemoryStore, Store, generate_key
 from evstore._codec import pack_segment
 from evstore._ids import MAX_SEQ, Layout, parse_segment
 
-from .helpers import CountingStore, msg
+from .helpers import CountingStore, msg, segment_sizes
 from .test_resume import DelayedStore, written
 
 _SEQS = st.integers(1, MAX_SEQ)
@@ -39,13 +39,7 @@ def test_young_names_are_listed_after_every_other_name_of_a_session() -> None:
 def test_automatic_compaction_names_its_lower_levels_young_and_its_top_level_segments() -> None:
     memory = MemoryStore()
     written(Store(memory, root="root", auto_compact=2), "s", 300)  # levels of 2, 8, 32 and 128 events
-    prefix = "root/sessions/s/"
-    found: dict[str, set[int]] = {"segments/": set(), "young/": set()}
-    for info in memory.list(prefix):
-        name = info.key[len(prefix) :]
-        if (segment := parse_segment(name)) is not None:
-            found[name.split("/")[0] + "/"].add(segment[1] - segment[0] + 1)
-    assert found == {"segments/": {128}, "young/": {2, 8, 32}}
+    assert segment_sizes(memory, "root/sessions/s/") == {"segments": {128}, "young": {2, 8, 32}}
 
 
 def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> None:
@@ -93,20 +87,30 @@ def test_a_read_that_ends_early_lists_the_young_segments_that_end_before_it() ->
 
 
 def test_planted_young_names_cost_requests_never_truth() -> None:
-    """An attacker who may create objects plants young names that sort first (pushing the real
-    ones out of the listing) and a forged young segment: the reader falls back to loose events."""
+    """An attacker who may create objects plants a forged young segment, then young names that sort
+    first and reach furthest: each is read and fails, and the reader falls back to loose events."""
     memory = MemoryStore()
     store = Store(memory, root="root", auto_compact=2)
     written(store, "s", 300)
     layout = store.layout
-    for first in range(1, 200):  # each reaches furthest, so the chain starts with one: it fails its check
-        memory.create(layout.young_key("s", first, MAX_SEQ - 1), b"evstore-segment\nnot a segment")
+    counting = CountingStore(memory)
+    assert len(Store(counting, root="root").context("s")) == 300
+    honest = counting.counts["GET"]  # segments, the loose events that vouch for them
     forged = [(seq, msg(f"forged {seq}")["content"].encode()) for seq in range(297, 301)]
     memory.create(layout.young_key("s", 297, 300), pack_segment("s", "not-the-uid", forged))
-    counting = CountingStore(memory)
+    counting.reset()
     writer, context = Store(counting, root="root").resume("s")
+    assert ("GET", layout.young_key("s", 297, 300)) in counting.keys  # it was read, and passed over
     assert [m["content"] for m in context] == [f"m{i}" for i in range(300)]
     assert writer.append(msg("next")) == 301
+    assert counting.counts["GET"] > honest + 100  # its group's loose events, read instead
+    for first in range(1, 200):  # each reaches furthest, so the chain starts with one: it fails its check
+        memory.create(layout.young_key("s", first, MAX_SEQ - 1), b"evstore-segment\nnot a segment")
+    counting.reset()
+    writer, context = Store(counting, root="root").resume("s")
+    assert [m["content"] for m in context] == [*(f"m{i}" for i in range(300)), "next"]
+    assert writer.append(msg("after")) == 302
+    assert counting.counts["GET"] > honest + 100  # the loose events, read instead of the true segments
 
 
 def test_sessions_written_before_young_names_read_the_same() -> None:
@@ -115,8 +119,9 @@ def test_sessions_written_before_young_names_read_the_same() -> None:
     written(Store(memory, root="root", auto_compact=2), "s", 300)
     prefix = "root/sessions/s/"
     for info in list(memory.list(prefix + "young/")):
-        first, last = parse_segment(info.key[len(prefix) :]) or (0, 0)
-        memory.create(Layout("root").segment_key("s", first, last), memory.get(info.key).data)
+        segment = parse_segment(info.key[len(prefix) :])
+        assert segment is not None
+        memory.create(Layout("root").segment_key("s", *segment), memory.get(info.key).data)
         memory.delete_many([info.key])
     counting = CountingStore(memory)
     assert [m["content"] for m in Store(counting, root="root").context("s")] == [f"m{i}" for i in range(300)]
