@@ -37,8 +37,12 @@ Retention = Literal["permanent", "ephemeral"]
 RETENTIONS: tuple[Retention, ...] = ("permanent", "ephemeral")
 
 
-class MessagesBody(msgspec.Struct, tag="messages", frozen=True):
-    """One message, or an atomic batch of messages from one append call."""
+class MessagesBody(msgspec.Struct, tag="messages", frozen=True, gc=False):
+    """One message, or an atomic batch of messages from one append call.
+
+    Not tracked by the garbage collector (``gc=False``): a read decodes one per event, and
+    none can be part of a reference cycle (its messages are JSON values, made before it).
+    """
 
     messages: list[Message]
 
@@ -70,31 +74,6 @@ class Envelope(msgspec.Struct, omit_defaults=True, frozen=True, gc=False):
     sealed: str | None = None
     #: The caller's idempotency key: an append retried with it, from any process, lands once.
     idem: str | None = None
-
-
-class EnvelopeHeader(msgspec.Struct, frozen=True, gc=False):
-    """An event object read for its place in a chain: the fields of ``Envelope`` (the same, in
-    the same order: a test holds them equal), the body left undecoded (``msgspec.Raw``, empty
-    when absent), so that none of its objects is built."""
-
-    v: int
-    sid: str
-    uid: str
-    seq: int
-    ts: str
-    wid: str
-    prev: str
-    kid: str | None = None
-    body: msgspec.Raw = msgspec.Raw()
-    sealed: str | None = None
-    idem: str | None = None
-
-    def sealed_envelope(self) -> Envelope:
-        """The ``Envelope`` of a sealed event (it has no body to decode): every field but the body."""
-        assert self.sealed is not None
-        return Envelope(
-            self.v, self.sid, self.uid, self.seq, self.ts, self.wid, self.prev, self.kid, None, self.sealed, self.idem
-        )
 
 
 class ForkRef(msgspec.Struct, omit_defaults=True, frozen=True):
@@ -148,7 +127,6 @@ class RekeyRecord(msgspec.Struct, frozen=True):
 
 _json_encoder = msgspec.json.Encoder()
 _envelope_decoder = msgspec.json.Decoder(Envelope)
-_header_decoder = msgspec.json.Decoder(EnvelopeHeader)
 _body_decoder = msgspec.json.Decoder(Body)
 
 
@@ -272,7 +250,7 @@ def header_aad(envelope: Envelope) -> bytes:
     return _json_encoder.encode(header if e.idem is None else [*header, e.idem])
 
 
-def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
+def decode_envelope(data: bytes | memoryview, session_id: str, seq: int) -> Envelope:
     """Decode an event object and check it belongs at (session_id, seq)."""
     try:
         envelope = _envelope_decoder.decode(data)
@@ -287,26 +265,6 @@ def decode_envelope(data: bytes, session_id: str, seq: int) -> Envelope:
     if (envelope.sealed is None) != (envelope.kid is None):
         raise IntegrityError(session_id, seq, "key id and sealed body must come together")
     return envelope
-
-
-def decode_header(data: bytes | memoryview, session_id: str, seq: int) -> EnvelopeHeader:
-    """``decode_envelope``'s checks, on an event object whose body is left undecoded (a body
-    that does not decode fails when it is decoded: ``decode_envelope``)."""
-    try:
-        header = _header_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-        raise IntegrityError(session_id, seq, f"not a valid event object ({exc})") from None
-    body = header.body
-    has_body = len(body) != 0 and not (len(body) == 4 and bytes(body) == b"null")
-    if header.v != FORMAT_VERSION:
-        raise IntegrityError(session_id, seq, f"unsupported format version {header.v}")
-    if header.sid != session_id or header.seq != seq:
-        raise IntegrityError(session_id, seq, f"object belongs to seq {header.seq} of session {header.sid!r}"[:200])
-    if has_body == (header.sealed is not None):
-        raise IntegrityError(session_id, seq, "event must carry exactly one of body or sealed")
-    if (header.sealed is None) != (header.kid is None):
-        raise IntegrityError(session_id, seq, "key id and sealed body must come together")
-    return header
 
 
 def encode_manifest(manifest: Manifest) -> bytes:

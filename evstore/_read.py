@@ -36,7 +36,6 @@ from ._codec import (
     MAX_SMALL_OBJECT_BYTES,
     Body,
     Envelope,
-    EnvelopeHeader,
     ForkRef,
     Manifest,
     Message,
@@ -46,7 +45,6 @@ from ._codec import (
     b64decode_canonical,
     decode_body,
     decode_envelope,
-    decode_header,
     decode_manifest,
     fence_of,
     header_aad,
@@ -652,51 +650,39 @@ def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
 
 class _CheckedSegment:
     """A segment that passed its own check (``_checked_segment``): its bytes, where each event
-    starts, each event's hash, for a sealed one its header, and the ``prev`` its first event
-    names. Its events are built a batch at a time (``events``), so that a long segment's bodies
-    are never all alive at once: fewer objects for the garbage collector to walk, a smaller peak."""
+    starts, each event's envelope (decoded in the check, while the next segments are still on
+    their way) and hash, and the ``prev`` its first event names."""
 
-    __slots__ = ("data", "first", "first_prev", "hashes", "headers", "offsets")
+    __slots__ = ("data", "envelopes", "first", "first_prev", "hashes", "offsets")
 
     def __init__(
-        self,
-        data: bytes,
-        first: int,
-        first_prev: str,
-        offsets: list[int],
-        hashes: list[str],
-        headers: list[EnvelopeHeader | None],
+        self, data: bytes, first: int, first_prev: str, offsets: list[int], hashes: list[str], envelopes: list[Envelope]
     ) -> None:
         self.data = data
         self.first = first
         self.first_prev = first_prev
         self.offsets = offsets
         self.hashes = hashes
-        self.headers = headers
+        self.envelopes = envelopes
 
     def events(self, manifest: Manifest, low: int, high: int) -> list[RawEvent]:
-        """Its events ``low`` to ``high - 1`` (indexes from its first). A plaintext body is
-        decoded here, as a loose event's is (``decode_envelope``: a body that does not decode
-        raises at its seq); a sealed event's envelope is its header."""
-        sid, data, offsets, hashes, headers = manifest.sid, self.data, self.offsets, self.hashes, self.headers
-        out: list[RawEvent] = []
-        for index in range(low, high):
-            seq = self.first + index
-            raw = data[offsets[index] : offsets[index + 1]]
-            header = headers[index]
-            envelope = header.sealed_envelope() if header is not None else decode_envelope(raw, sid, seq)
-            out.append(RawEvent(sid, seq, raw, envelope, hashes[index]))
-        return out
+        """Its events ``low`` to ``high - 1`` (indexes from its first)."""
+        sid, data, offsets, hashes, envelopes = manifest.sid, self.data, self.offsets, self.hashes, self.envelopes
+        return [
+            RawEvent(sid, self.first + index, data[offsets[index] : offsets[index + 1]], envelopes[index], hashes[index])
+            for index in range(low, high)
+        ]
 
 
 def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | None) -> _CheckedSegment | None:
     """The segment, checked on its own, or None when it is missing or is not a run of this
     session's events from ``first`` to ``last`` that chain to each other.
 
-    One pass, without copying or building bodies: each event's header is decoded and checked
-    as a loose event's is, its bytes hashed once and its ``prev`` compared with the hash of
-    the one before it. A segment is derived: what this check cannot tell (whether these are
-    the session's true events) ``_vouched`` tells, against a loose event.
+    One pass, without copying: each event is decoded and checked as a loose event is
+    (``decode_envelope``), its bytes hashed once and its ``prev`` compared with the hash of the
+    one before it. An event that does not decode fails the segment (the loose events stand for
+    it, and their own decode answers). A segment is derived: what this check cannot tell
+    (whether these are the session's true events) ``_vouched`` tells, against a loose event.
     """
     if data is None:
         return None
@@ -707,27 +693,27 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
         return None  # not a segment evstore wrote
     view = memoryview(data)
     hashes: list[str] = []
-    headers: list[EnvelopeHeader | None] = []
+    envelopes: list[Envelope] = []
     prev: str | None = None
     first_prev = ""
     seq = first
     try:
         for start, stop in itertools.pairwise(offsets):
             raw = view[start:stop]
-            header = decode_header(raw, sid, seq)
-            if header.uid != uid or (prev is not None and header.prev != prev):
+            envelope = decode_envelope(raw, sid, seq)
+            if envelope.uid != uid or (prev is not None and envelope.prev != prev):
                 return None
             if prev is None:
-                first_prev = header.prev
+                first_prev = envelope.prev
             prev = _sha256(raw).hexdigest()
             hashes.append(prev)
-            headers.append(header if header.sealed is not None else None)
+            envelopes.append(envelope)
             seq += 1
             if not seq % _YIELD_EVERY:
                 time.sleep(0)  # gives up the GIL (see ``_YIELD_EVERY``)
     except IntegrityError:
         return None
-    return _CheckedSegment(data, first, first_prev, offsets, hashes, headers)
+    return _CheckedSegment(data, first, first_prev, offsets, hashes, envelopes)
 
 
 def _continues(before: _CheckedSegment, after: _CheckedSegment) -> bool:

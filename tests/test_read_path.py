@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from evstore import Keyring, LocalStore, MemoryStore, Store, _read, _write
 from evstore._backends import ListPage, ObjectStore, StoredObject
-from evstore._codec import Envelope, EnvelopeHeader, b64decode_canonical, decode_envelope
+from evstore._codec import b64decode_canonical, decode_envelope
 
 from .helpers import CountingStore, msg
 
@@ -250,10 +250,6 @@ def test_replay_and_context_agree_event_for_event_across_segments_and_forks() ->
 
 
 # ---- segment events are the loose events -------------------------------------------------------
-
-
-def test_the_header_read_from_a_segment_has_every_field_of_the_envelope() -> None:
-    assert EnvelopeHeader.__struct_fields__ == Envelope.__struct_fields__
 
 
 @pytest.mark.parametrize("encrypted", [False, True])
