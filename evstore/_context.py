@@ -107,8 +107,8 @@ class StoreContext:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
-                # 2 x concurrency threads: the reads keep up to 2 x concurrency GETs in flight, and a
-                # tail's early GETs must find threads free while the segment GETs still hold theirs
+                # 2 x concurrency threads: the reads keep up to 2 x concurrency GETs in flight (a tail's
+                # early GETs queue behind the segment GETs only when a chain has that many segments)
                 self._pool = ThreadPoolExecutor(self.concurrency * 2, thread_name_prefix="evstore-get")
             return self._pool
 

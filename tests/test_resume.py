@@ -129,6 +129,22 @@ def test_resume_then_append_waits_on_at_most_four_round_trips_up_to_10000_events
     assert writer.head == length + 1 and len(context) == length
 
 
+def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
+    """At 45,000 events a resume reads a chain of more segments than two groups of 8, but fewer
+    than the pool's 32 threads. Two groups at a time made this 6 round trips with the append (7
+    with 1 KiB messages)."""
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", 45_000)
+    delayed = DelayedStore(inner, 0.04)
+    counted = CountingStore(delayed)
+    writer, context = Store(counted, root="root").resume("s")
+    writer.append(msg("next"))
+    segment_gets = [key for kind, key in counted.keys if kind == "GET" and ("/segments/" in key or "/young/" in key)]
+    assert len(segment_gets) > 2 * 8
+    assert delayed.chain() <= 4
+    assert writer.head == 45_001 and len(context) == 45_000
+
+
 @pytest.mark.parametrize("length", [0, 7, 100, 2000])
 def test_resume_equals_open_plus_context(length: int) -> None:
     store = Store(MemoryStore(), root="root")
