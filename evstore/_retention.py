@@ -260,7 +260,12 @@ def _collect_session(
     if "tombstone" in names:
         if named["tombstone"].last_modified > now - FENCE_HOLD:
             report.kept_young += len(named)  # fenced: stale writers' leases may still run
-        elif not live_forks(ctx, manifest.uid, [m for n in names if (m := parse_fork_marker(n)) is not None]):
+        elif not live_forks(
+            ctx,
+            manifest.uid,
+            [m for n in names if (m := parse_fork_marker(n)) is not None],
+            made_by=named["tombstone"].last_modified,  # a fork planted after the delete keeps nothing
+        ):
             remove_all("deleted")
         return None
     if first_seq is not None and first_seq > first_own:
