@@ -899,14 +899,20 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
                 return _listed_md5s(ctx, sid, item)
             return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
 
-        def weight(item: tuple[int, int] | int) -> int:
-            return 0 if isinstance(item, int) else size_of(item)
+        budget = 2 * _GROUP_BYTES
+        least = budget // (2 * ctx.concurrency)
 
-        # a pool's worth of GETs in flight and the chain's LIST pages besides, up to 4 x concurrency
-        # of them (small: queued on the pool without waiting on the reader), two groups' bytes; then
-        # the tail's early GETs may go
+        def weight(item: tuple[int, int] | int) -> int:
+            # a LIST page weighs nothing; a segment its listed size, and at least 1 / (2 x concurrency)
+            # of the budget: so no more than 2 x concurrency (+ 1) segment GETs are in flight however
+            # small the segments are (planted ones: a byte each), the LIST pages besides
+            return 0 if isinstance(item, int) else max(size_of(item), least)
+
+        # a pool's worth of segment GETs in flight and the chain's LIST pages besides, up to
+        # 4 x concurrency of them (small: queued on the pool without waiting on the reader), two
+        # groups' bytes; then the tail's early GETs may go
         window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
-        fetched = ctx.prefetched(wanted(), fetch, window, primed=early.release, weight=weight, budget=2 * _GROUP_BYTES)
+        fetched = ctx.prefetched(wanted(), fetch, window, primed=early.release, weight=weight, budget=budget)
         covered: dict[int, str] = {}
         for group, pages in zip(groups, pages_of, strict=True):
             # each segment is checked as it arrives, while the next ones are still on their way
