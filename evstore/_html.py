@@ -259,7 +259,8 @@ def render_html(
     else:
         rows.append(("verification", f"chain intact, {count(verified.events, 'event')}"))
     if info is not None:
-        rows.append(("head", str(info.head)))
+        unshown = f" (from seq {failure.seq} on not verified, not shown)" if failure is not None else ""
+        rows.append(("head", f"{info.head}{unshown}"))
         rows.append(("created", esc(info.created)))
         rows.append(("retention", esc(info.retention)))
         rows.append(("encryption", f"sealed under key id <code>{esc(info.key_id)}</code>" if info.key_id else "plaintext"))

@@ -272,6 +272,7 @@ def test_a_session_failing_verification_gets_its_page_up_to_the_failure(
     header = summary(tree)
     assert header["verification"] == f"FAILED at seq {fails_at}: {detail}"
     assert header["messages"] == f"{fails_at - 1} messages in {fails_at - 1} events (the verified part); 0 withdrawn"
+    assert header["head"] == f"5 (from seq {fails_at} on not verified, not shown)"
     section = tree.root.find("verification")[0]
     assert "failed" in section.classes and "ok" not in section.classes
     assert f"verified part: seq 1 to {fails_at - 1} ({fails_at - 1} events), chain intact" in section.all_text()
