@@ -20,6 +20,7 @@ from evstore import (
     InvalidInputError,
     KeyRequiredError,
     Receipt,
+    SessionExistsError,
     SessionExpiredError,
     SessionNotFoundError,
 )
@@ -238,8 +239,8 @@ def append(
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
-    if new and expect_head:
-        raise click.UsageError("--new starts an empty session: --expect-head can only be 0")
+    if new and expect_head is not None:
+        raise click.UsageError("--new and --expect-head exclude each other (--new starts an empty session)")
     if text is not None and as_jsonl:
         raise click.UsageError("--jsonl reads standard input: give no TEXT")
     evstore._ids.validate_session_id(session)
@@ -257,7 +258,11 @@ def append(
     for entry in entries:  # refuse oversized input before anything is written
         if isinstance(entry, Batch):
             evstore._codec.encode_body(evstore._codec.MessagesBody(entry.messages), store.max_event_bytes)
-    writer = _writer(store, session, "ephemeral" if ephemeral else "permanent", new=new, expect_head=expect_head)
+    retention: evstore.Retention = "ephemeral" if ephemeral else "permanent"
+    writer = _writer(store, session, retention, new=new, expect_head=expect_head, idempotency_key=idempotency_key)
+    if new and writer.head != writer.manifest.base:
+        # a retry of an --idempotency-key append (_writer): its first event lands on the empty session or not at all
+        expect_head = writer.manifest.base
     if ephemeral and writer.manifest.retention != "ephemeral":
         raise InvalidInputError(
             f"session {session!r} exists and is {writer.manifest.retention}: retention is fixed when a session is"
@@ -285,14 +290,25 @@ def append(
 
 
 def _writer(
-    store: evstore.Store, session: str, retention: evstore.Retention, *, new: bool, expect_head: int | None
+    store: evstore.Store,
+    session: str,
+    retention: evstore.Retention,
+    *,
+    new: bool,
+    expect_head: int | None,
+    idempotency_key: str | None,
 ) -> evstore.Session:
     """``append``'s writer: a new session with ``new``; else the live session, or a new one for an id
     never used (never for ``expect_head`` > 0: no session is created just to refuse it). A deleted
     or expired session is refused, with what to do instead: an append never starts a new session
     over one unasked."""
     if new:
-        return store.create(session, retention=retention)
+        try:
+            return store.create(session, retention=retention)
+        except SessionExistsError:
+            if idempotency_key is None:
+                raise
+            return store.open(session)  # a retry whose create landed: the key tells whether the append did
     try:
         return store.open(session, create=not expect_head, retention=retention, recreate=False)
     except SessionNotFoundError as error:

@@ -59,9 +59,23 @@ def test_append_after_delete_refuses_and_new_or_create_start_over(run: Run) -> N
     assert ok(run("create", "chat")) == "created chat: empty, its first event will be seq 7\n"
     assert one_line_error(run("create", "chat"), 4) == "evstore: session 'chat' already exists"
     assert ok(run("append", "chat", "after create")) == "7\n"
-    usage = one_line_error(run("append", "other", "x", "--new", "--expect-head", "1"), 2)
-    assert usage == "evstore: --new starts an empty session: --expect-head can only be 0"
+    usage = one_line_error(run("append", "other", "x", "--new", "--expect-head", "0"), 2)
+    assert usage == "evstore: --new and --expect-head exclude each other (--new starts an empty session)"
     assert ok(run("append", "never-used", "x")) == "1\n"  # an id never used is still created by append
+
+
+def test_append_new_with_an_idempotency_key_can_be_retried(run: Run) -> None:
+    ok(run("append", "chat", "old"))
+    ok(run("delete", "chat"))
+    # the first run's answer was lost: running it again prints the seq it got then, and appends nothing
+    assert ok(run("append", "chat", "fresh", "--new", "--idempotency-key", "k1")) == "3\n"
+    assert ok(run("append", "chat", "fresh", "--new", "--idempotency-key", "k1")) == "3\n"
+    assert ok(run("replay", "chat")) == "[3] user: fresh\n"
+    # another key: the session is not new, so nothing is appended
+    assert one_line_error(run("append", "chat", "other", "--new", "--idempotency-key", "k2"), 4).startswith(
+        "evstore: seq 3 of session 'chat' was taken by another writer"
+    )
+    assert ok(run("replay", "chat")) == "[3] user: fresh\n"
 
 
 def test_append_after_expiry_refuses(run: Run, store_url: str) -> None:
