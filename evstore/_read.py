@@ -120,6 +120,8 @@ class SessionInfo(msgspec.Struct, frozen=True):
     parent: ForkRef | None
     forks: list[str] = msgspec.field(default_factory=list)
     segments: int = 0
+    #: Each fork in ``forks`` and the seq it was forked at.
+    fork_seqs: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def encrypted(self) -> bool:
@@ -279,7 +281,7 @@ def gone(ctx: StoreContext, session_id: str) -> SessionNotFoundError | SessionEx
     if first is not None and parse_seq(first) is not None:
         return SessionExpiredError(session_id, "its manifest is gone but events remain")
     if first == "tombstone":
-        return SessionNotFoundError(session_id, "was deleted")
+        return SessionNotFoundError(session_id, "was deleted", deleted=True)
     return SessionNotFoundError(session_id)
 
 
@@ -306,13 +308,32 @@ def load(
     if meta.tombstone and not tombstoned(ctx, manifest, meta):
         meta = msgspec.structs.replace(meta, tombstone=False)  # an earlier incarnation's, left behind
     if meta.tombstone and not deleted_ok:
-        # deleted, but its objects remain (forks still read them, or gc has not run yet)
-        raise SessionNotFoundError(
-            session_id,
-            f"was deleted; gc removes its objects {FENCE_HOLD.total_seconds() / 60:.0f} minutes on (not while forks "
-            "need them), and creating it again starts a new session",
-        )
+        raise deleted(ctx, manifest, meta)
     return Loaded(manifest, genesis, meta)
+
+
+def held_by_forks(forks: list[str]) -> str:
+    """Why the id of a deleted session that live forks read cannot start a new session: the one
+    explanation every path gives (reads and appends as ``SessionNotFoundError``, creates as
+    ``SessionExistsError``)."""
+    return (
+        f"was deleted, but its forks ({', '.join(forks)[:200]}) read its events: its objects are kept, and the id"
+        " stays taken until those forks are deleted and gc has removed them"
+    )
+
+
+def deleted(ctx: StoreContext, manifest: Manifest, meta: Meta) -> SessionNotFoundError:
+    """The error for a deleted session whose objects remain: kept for live forks (a GET per
+    fork marker), or until gc removes them."""
+    forks = live_forks(ctx, manifest.uid, meta.forks)
+    if forks:
+        return SessionNotFoundError(manifest.sid, held_by_forks(forks), deleted=True, kept_for_forks=tuple(forks))
+    return SessionNotFoundError(
+        manifest.sid,
+        f"was deleted; gc removes its objects {FENCE_HOLD.total_seconds() / 60:.0f} minutes on, and creating it again"
+        " starts a new session",
+        deleted=True,
+    )
 
 
 def _event_names(
@@ -410,15 +431,21 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
 
 def live_forks(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
     """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET each)."""
-    live = []
+    return sorted(fork_points(ctx, uid, markers))
+
+
+def fork_points(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> dict[str, int]:
+    """``live_forks``, each with its fork seq (as its manifest records it)."""
+    live = {}
     for child, child_uid in markers:
         try:
             found = read_manifest(ctx, validate_session_id(child))
         except (InvalidInputError, IntegrityError):
             continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
-        if found is not None and found[0].uid == child_uid and found[0].parent is not None and found[0].parent.uid == uid:
-            live.append(child)
-    return sorted(live)
+        parent = found[0].parent if found is not None else None
+        if found is not None and found[0].uid == child_uid and parent is not None and parent.uid == uid:
+            live[child] = parent.seq
+    return live
 
 
 # ---- keys, decoding and opening ------------------------------------------------
@@ -469,7 +496,7 @@ def decode_at(ctx: StoreContext, manifest: Manifest, seq: int, data: bytes) -> R
     except IntegrityError:
         fence = fence_of(data)
         if fence is not None and fence.uid == manifest.uid and ctx.has_object(ctx.layout.tombstone_key(manifest.sid)):
-            raise SessionNotFoundError(manifest.sid, "was deleted") from None
+            raise SessionNotFoundError(manifest.sid, "was deleted", deleted=True) from None
         raise
 
 
@@ -937,7 +964,9 @@ def lineage_batches(
             envelope = raw.envelope
             failure = None
             if prev is not None and envelope.prev != prev and not same_event(ctx, manifest, envelope.prev, prev):
-                failure = IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+                failure = IntegrityError(
+                    raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+                )
             elif envelope.body is None:  # sealed (an envelope carries exactly one of body and sealed)
                 sealed_before = True
             elif encrypted or sealed_before:
@@ -1014,7 +1043,7 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
     loaded = load(ctx, session_id, every=True)  # every segment, to count them
     head = find_head(ctx, loaded)
     manifest = loaded.manifest
-    forks = live_forks(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
+    forks = fork_points(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
     key_id = manifest.kid
     if loaded.meta.rekeyed and (rekeys := records(ctx, manifest)):
         key_id = max(rekeys, key=lambda r: r.at).kid  # the key the newest rekey sealed under
@@ -1026,8 +1055,9 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
         head,
         key_id,
         manifest.parent,
-        sorted(set(forks)),
+        sorted(forks),
         len(loaded.meta.segments),
+        dict(sorted(forks.items())),
     )
 
 
@@ -1084,7 +1114,7 @@ def follow(
         page = ctx.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
         names = [info.key[len(prefix) :] for info in page.objects]
         if "tombstone" in names:
-            raise SessionNotFoundError(session_id, "was deleted")  # before reading what may be its fence
+            raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
         seqs = [seq for seq in map(parse_seq, names) if seq is not None]
         fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
         for seq, data in zip(seqs, fetched, strict=True):
@@ -1092,12 +1122,14 @@ def follow(
                 raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
             raw = decode_at(ctx, manifest, seq, data)
             if prev_hash is not None and raw.envelope.prev != prev_hash:
-                raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
+                raise IntegrityError(
+                    session_id, seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+                )
             yield to_event(ctx, manifest, raw)
             last, prev_hash = seq, raw.hash
             if should_stop():
                 return
         if not page.truncated and "manifest" not in names:
-            raise SessionNotFoundError(session_id, "was deleted")
+            raise SessionNotFoundError(session_id, "was deleted", deleted=True)
         if not (page.truncated and len(seqs) == len(names)):
             sleep(interval)

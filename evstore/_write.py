@@ -249,7 +249,7 @@ class Session:
         started = (time.monotonic(), self._ctx.clock())
         loaded = _read.load(self._ctx, self.id)
         if loaded.manifest.uid != self.manifest.uid:
-            raise SessionNotFoundError(self.id, "was deleted and created again")
+            raise SessionNotFoundError(self.id, "was deleted and created again", deleted=True)
         self._lease_from = started
         return loaded
 
@@ -393,18 +393,24 @@ def create(ctx: StoreContext, session_id: str, *, retention: Retention = "perman
 
 
 def open_session(
-    ctx: StoreContext, session_id: str, *, create_missing: bool = False, retention: Retention = "permanent"
+    ctx: StoreContext,
+    session_id: str,
+    *,
+    create_missing: bool = False,
+    retention: Retention = "permanent",
+    recreate: bool = True,
 ) -> Session:
-    """A writer for the session, at its current head. With ``create_missing``, a missing (or
-    deleted) session is created."""
+    """A writer for the session, at its current head. With ``create_missing``, a missing session
+    is created, and so is a deleted one unless ``recreate`` is False (then its
+    ``SessionNotFoundError`` is raised, ``deleted`` set)."""
     validate_session_id(session_id)
     found = _read.read_manifest(ctx, session_id)
     try:
         if create_missing and found is None:
             raise SessionNotFoundError(session_id)
         loaded = _read.load(ctx, session_id, found=found)
-    except SessionNotFoundError:
-        if not create_missing:
+    except SessionNotFoundError as error:
+        if not create_missing or (error.deleted and not recreate):
             raise
         try:
             return create(ctx, session_id, retention=retention)
