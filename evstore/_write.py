@@ -314,6 +314,8 @@ class Session:
         if expected_head is not None and expected_head != self._head:
             raise WriteConflictError(self.id, expected_head + 1, f"expected head {expected_head} but it is {self._head}")
         plaintext = encode_body(body, ctx.max_event_bytes)
+        if self._lease_lapsed():
+            self._confirm_alive()  # before the sealing is chosen: a rekey meanwhile seals what follows
         kid, key = self._seal_key()
         seq = self._head + 1
         if seq > MAX_SEQ:
@@ -328,8 +330,6 @@ class Session:
         else:
             envelope = msgspec.structs.replace(envelope, sealed=b64encode(seal(key, plaintext, header_aad(envelope))))
         data = encode_json(envelope)
-        if self._lease_lapsed():
-            self._confirm_alive()
         try:
             ctx.backend.create(
                 ctx.layout.event_key(self.id, seq),
