@@ -9,7 +9,8 @@ Requests (N = events, S = segments):
 * find the head: one LIST from the newest segment (or seq 1) while fewer than
   1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
-  O(log N) in the worst case.
+  O(log N) in the worst case. Names among the events that are no seqs cost at most a LIST
+  page per 1,000 of them, and a run of ``<seq>~...`` names one page (``_ids.seq_after``).
 * replay: load, one GET per segment and one per group of up to 8 segments and
   32 MiB (the loose event that vouches for the group), 2 * concurrency GETs and
   two groups' bytes in flight,

@@ -120,8 +120,8 @@ class Session:
         #: The ``prev`` of the session's first own event (``origin``); by default ``head_hash``, the
         #: head of a writer that starts before the session's first own event.
         self._origin = head_hash if origin is None else origin
-        #: Whether the session takes only sealed events (``sealed``); by default whether its
-        #: manifest names a key. Never decided by the events found.
+        #: Whether the session takes only sealed events (``sealed``: ``sealed_only`` of what the
+        #: caller loaded); by default whether its manifest names a key. Never decided by the events found.
         self._sealed = manifest.kid is not None if sealed is None else sealed
         #: The bytes of this session's newest own events that this writer read or wrote: what it packs
         #: into segments as seqs reach level boundaries (see ``_compact_levels``).
@@ -199,13 +199,12 @@ class Session:
                 self._verify(raw, prev)
                 self._know(raw.seq, raw.envelope.idem)
                 prev = raw.hash
-            if first <= self._head and prev is not None:
-                self._verify_link(self._head, self._head_hash, prev)  # the window ends at the head it knows
+            if first <= self._head and (prev is None or not self._same(prev, self._head_hash)):
+                raise IntegrityError(self.id, self._head, "the newest events read do not end at this writer's head")
         return self._keys.get(key)
 
-    def _verify_link(self, seq: int, prev: str, expected: str) -> None:
-        if prev != expected and not _read.same_event(self._ctx, self.manifest, prev, expected):
-            raise IntegrityError(self.id, seq, "prev hash does not match the previous event (chain broken)")
+    def _same(self, a: str, b: str) -> bool:
+        return a == b or _read.same_event(self._ctx, self.manifest, a, b)
 
     def _verify(self, raw: _read.RawEvent, prev: str | None) -> None:
         """Raise ``IntegrityError`` unless ``raw`` (decoded for this incarnation) may be taken for
@@ -213,8 +212,8 @@ class Session:
         it is sealed if the session takes only sealed events, and one that carries an idempotency
         key opens under the session key (its header is the AAD: a forged header fails)."""
         envelope = raw.envelope
-        if prev is not None:
-            self._verify_link(raw.seq, envelope.prev, prev)
+        if prev is not None and not self._same(envelope.prev, prev):
+            raise IntegrityError(self.id, raw.seq, "prev hash does not match the previous event (chain broken)")
         if envelope.body is None:
             if envelope.idem is not None:
                 _read.open_body(self._ctx, self.manifest, raw)
@@ -287,7 +286,7 @@ class Session:
         if loaded.manifest.uid != self.manifest.uid:
             raise SessionNotFoundError(self.id, "was deleted and created again")
         self._lease_from = started
-        self._sealed = self._sealed or sealed(loaded)  # a rekey may have encrypted it meanwhile
+        self._sealed = self._sealed or sealed_only(loaded)  # a rekey may have encrypted it meanwhile
         return loaded
 
     def _lease_lapsed(self) -> bool:
@@ -297,7 +296,7 @@ class Session:
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
         """The key id and key this writer seals its next event with; never none in a session
-        that takes only sealed events (``sealed``), whatever its events say."""
+        that takes only sealed events (``sealed_only``), whatever its events say."""
         kid = self._seal_kid
         if kid is None:
             if self._ctx.require_encryption:
@@ -404,7 +403,7 @@ def top_level(size: int) -> int:
     return size * int(COMPACTION_FANOUT ** (COMPACTION_LEVELS - 1))
 
 
-def sealed(loaded: Loaded) -> bool:
+def sealed_only(loaded: Loaded) -> bool:
     """Whether the session takes only sealed events: fixed by its manifest (a key id) or a salt
     object (encrypted by rekey), never by the events found (anyone who may create objects can
     plant one)."""
@@ -426,7 +425,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     A session keeps sealing under the key id of its newest event (its
     manifest's at first), so rotating the active key never mixes keys
     into an old session; ``rekey`` moves it to the active key. A plaintext
-    head in a session that takes only sealed events (``sealed``) is refused
+    head in a session that takes only sealed events (``sealed_only``) is refused
     (``IntegrityError``), as reads refuse it: no writer continues it.
     """
     manifest = loaded.manifest
@@ -436,7 +435,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
     raw = _read.decode_at(ctx, manifest, head, data)
-    if raw.envelope.body is not None and sealed(loaded):
+    if raw.envelope.body is not None and sealed_only(loaded):
         raise IntegrityError(manifest.sid, head, "plaintext event in an encrypted session (forged, or written before a rekey)")
     if raw.envelope.kid is not None and ctx.keyring.get(raw.envelope.kid) is not None:
         _read.open_body(ctx, manifest, raw)  # a wrong key under the right id must not seal what follows
@@ -475,7 +474,7 @@ def open_session(
         loaded.manifest,
         *head_state(ctx, loaded, _read.find_head(ctx, loaded)),
         origin=origin(loaded)[1],
-        sealed=sealed(loaded),
+        sealed=sealed_only(loaded),
     )
 
 
@@ -591,7 +590,7 @@ def resume(
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
             own.append(raw)
-    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=sealed(loaded))
+    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=sealed_only(loaded))
     session._window_read = True  # it read every own event: their idempotency keys are known
     for raw in own:
         session._know(raw.seq, raw.envelope.idem)

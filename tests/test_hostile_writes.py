@@ -211,6 +211,24 @@ def test_an_event_with_the_key_that_is_one_of_the_sessions_is_already_done(scene
     assert scene.contents() == [f"m{i}" for i in range(5)] + ["theirs"]
 
 
+def test_a_retry_after_a_rekey_or_in_a_fork_is_still_already_done() -> None:
+    """Verification refuses no true event: re-sealed ones (their hashes changed: the rekey records
+    say so) and a fork's first own event (it names the parent's event)."""
+    backend = MemoryStore()
+    plain = Store(backend, root="root")
+    writer = plain.open("s", create=True)
+    for i in range(3):
+        writer.append(msg(f"m{i}"), idempotency_key=f"k{i}")
+    keyed = Store(backend, root="root", keyring=KEYRING)
+    keyed.rekey("s")
+    assert keyed.open("s").append(msg("m1"), idempotency_key="k1") == 2
+    assert keyed.open("s").append(msg("m2"), idempotency_key="k2") == 3
+    fork = keyed.fork("s", "f")
+    assert fork.append(msg("f0"), idempotency_key="f0") == 4
+    assert keyed.open("f").append(msg("f0"), idempotency_key="f0") == 4
+    assert [e.seq for e in keyed.replay("f")] == [1, 2, 3, 4]
+
+
 def test_the_command_answers_a_planted_key_with_exit_5(tmp_path: Path) -> None:
     url = (tmp_path / "store").as_uri()
 
