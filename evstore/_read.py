@@ -9,7 +9,8 @@ Requests (N = events, S = segments):
 * find the head: one LIST from the newest segment (or seq 1) while fewer than
   1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
-  O(log N) in the worst case.
+  O(log N) in the worst case. Names among the events that are no seqs cost at most a LIST
+  page per 1,000 of them, and a run of ``<seq>~...`` names one page (``_ids.seq_after``).
 * replay: load, one GET per segment and one per group of up to 8 segments and
   32 MiB (the loose event that vouches for the group), 2 * concurrency GETs and
   two groups' bytes in flight,
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -69,6 +71,7 @@ from ._ids import (
     parse_fork_marker,
     parse_segment,
     parse_seq,
+    seq_after,
     validate_seq,
     validate_session_id,
 )
@@ -227,6 +230,8 @@ def _meta(ctx: StoreContext, session_id: str, objects: list[ObjectInfo]) -> Meta
         elif name.startswith("rekeys/"):
             rekeyed = True
         elif (segment := parse_segment(name)) is not None:
+            if not info.size:
+                continue  # empty: no segment (it holds at least one event), and not worth a GET
             segments[segment] = info.size
             (young if name.startswith(YOUNG) else plain).add(segment)
         elif (fork := parse_fork_marker(name)) is not None:
@@ -336,6 +341,19 @@ def deleted(ctx: StoreContext, manifest: Manifest, meta: Meta) -> SessionNotFoun
     )
 
 
+def _list_on(prefix: str, page: ListPage) -> str | None:
+    """Where the LIST after a truncated ``page`` of a session's names starts: after its last
+    key, or past the names after it that cannot be seqs when that key is none (``seq_after``:
+    planted junk costs no page it can jump over); None when no event can follow. Pure."""
+    if not page.objects:
+        return page.next_start_after
+    name = page.objects[-1].key[len(prefix) :]
+    if parse_seq(name) is not None:
+        return page.next_start_after
+    after = seq_after(name)
+    return None if after is None else max(prefix + after, page.next_start_after)
+
+
 def _event_names(
     ctx: StoreContext, session_id: str, after: int, first_page: ListPage | None = None
 ) -> Iterator[tuple[int, ObjectInfo]]:
@@ -344,11 +362,13 @@ def _event_names(
 
     Names that are not seqs (junk, a planted ``-`` or ``…01~``) are skipped, never
     taken for the end of the events: the listing ends only where names sort after
-    every possible seq (the manifest, segments, markers).
+    every possible seq (the manifest, segments, markers). A page that ends in junk is
+    followed by one that starts past it (``_list_on``): planted names cost a LIST page
+    per 1,000 at most, and none for a run of ``<seq>~…`` names the next page jumps over.
     """
     prefix = ctx.layout.session_prefix(session_id)
-    start = ctx.layout.event_key(session_id, after) if after else ""
-    page = first_page if first_page is not None else ctx.backend.list_page(prefix, start_after=start)
+    first = ctx.layout.event_key(session_id, after)  # seq 0 is never an event
+    page = first_page if first_page is not None else ctx.backend.list_page(prefix, start_after=first)
     while True:
         for info in page.objects:
             name = info.key[len(prefix) :]
@@ -357,29 +377,32 @@ def _event_names(
                 yield seq, info
             elif name > _LAST_SEQ_NAME:
                 return
-        if not page.truncated:
+        start = _list_on(prefix, page) if page.truncated else None
+        if start is None:
             return
-        page = ctx.backend.list_page(prefix, start_after=page.next_start_after)
+        page = ctx.backend.list_page(prefix, start_after=start)
 
 
 def _tail_page(ctx: StoreContext, session_id: str, after: int, *, short: bool = False) -> tuple[list[int], bool]:
-    """Seqs listed after seq ``after``, and whether more events may follow: one LIST page of
-    1,000 keys or, ``short``, a page of ``_TAIL_FIRST_PAGE`` keys and, when names up to the
-    events' end fill it, a second of 1,000. Either way the seqs are all those that follow,
-    or at least the next 1,000."""
+    """Seqs listed after seq ``after``, and whether more events may follow (the last page
+    ended in an event name): one LIST page of 1,000 keys or, ``short``, a page of
+    ``_TAIL_FIRST_PAGE`` keys and, when names up to the events' end fill it, a second of
+    1,000; and while a page ends in names that are no seqs, the next page from past them
+    (``_list_on``: planted junk costs at most a page per 1,000 names, never the head)."""
     prefix = ctx.layout.session_prefix(session_id)
-    start = ctx.layout.event_key(session_id, after) if after else ""
+    start: str | None = ctx.layout.event_key(session_id, after)  # seq 0 is never an event
     seqs: list[int] = []
-    more = False
-    for max_keys in (_TAIL_FIRST_PAGE, 1000) if short else (1000,):
-        page = ctx.backend.list_page(prefix, start_after=start, max_keys=max_keys)
+    sizes = [_TAIL_FIRST_PAGE, 1000] if short else [1000]
+    while start is not None:
+        page = ctx.backend.list_page(prefix, start_after=start, max_keys=sizes.pop(0) if sizes else 1000)
         names = [o.key[len(prefix) :] for o in page.objects]
         seqs += [s for name in names if (s := parse_seq(name)) is not None]
-        more = page.truncated and bool(names) and names[-1] <= _LAST_SEQ_NAME
-        if not more:
-            break
-        start = page.next_start_after
-    return seqs, more
+        if not (page.truncated and names and names[-1] <= _LAST_SEQ_NAME):
+            break  # the events end in this page
+        if not sizes and parse_seq(names[-1]) is not None:
+            return seqs, True
+        start = _list_on(prefix, page)
+    return seqs, False
 
 
 def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
@@ -392,7 +415,8 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
     (in a session with segments, whose names follow the events, the first page is
     short: two LISTs when 64 to 1,063 events follow, see ``_tail_page``); otherwise
     HEAD probes gallop up from the end of those pages (doubling the step) and then
-    bisect, until 1,000 events remain for a final LIST.
+    bisect, until 1,000 events remain for a final LIST. Names among the events that are
+    no seqs are skipped, never taken for the end of them (``_tail_page``, ``_event_names``).
     Raises ``SessionExpiredError`` when the session's first own event is gone.
     """
     session_id = loaded.manifest.sid
@@ -425,8 +449,8 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
             low = middle
         else:
             high = middle
-    seqs, _ = _tail_page(ctx, session_id, low)
-    return seqs[-1] if seqs else low
+    # fewer than 1,000 events follow ``low``: list them to their end, past any junk among them
+    return max((seq for seq, _ in _event_names(ctx, session_id, low)), default=low)
 
 
 def live_forks(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
@@ -779,6 +803,40 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
         yield from batch
 
 
+def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, int]]:
+    """The segments (first, last) to read from seq ``cursor`` to ``end``, chosen greedily: at
+    each seq, the segment that covers it and reaches furthest (of two that reach as far, the
+    shorter) among those worth their GET — at least half of their events wanted (a short or late
+    range reads its few loose events). Pure.
+
+    One pass over ``segments`` in order of first seq, and a heap of those that start by the seq
+    reached: a segment that no longer covers it, or is no longer worth its GET, never is again
+    (the seq only grows), so each segment is pushed and popped once: O(S log S) for S listed
+    segments, whatever names were planted.
+    """
+    ordered = sorted(segments)
+    ready: list[tuple[int, int]] = []  # (-last, -first): the furthest-reaching on top
+    chain: list[tuple[int, int]] = []
+    index = 0
+    reach = cursor
+    while end is None or reach <= end:
+        while index < len(ordered) and ordered[index][0] <= reach:
+            first, last = ordered[index]
+            heapq.heappush(ready, (-last, -first))
+            index += 1
+        while ready:
+            last, first = -ready[0][0], -ready[0][1]
+            if last >= reach and 2 * (min(last, last if end is None else end) - reach + 1) >= last - first + 1:
+                break
+            heapq.heappop(ready)  # it can never be chosen: drop it
+        else:
+            break
+        heapq.heappop(ready)
+        chain.append((first, last))
+        reach = last + 1
+    return chain
+
+
 def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[list[RawEvent]]:
     """The session's own events in [start, end], in order: a checked segment's events in lists
     of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
@@ -795,22 +853,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    # Greedy: at each seq, the segment that reaches furthest among those worth their GET —
-    # at least half of their events wanted (a short or late range reads its few loose events).
-    chain: list[tuple[int, int]] = []
-    while True:
-        reach = chain[-1][1] + 1 if chain else cursor
-        if end is not None and reach > end:
-            break
-        worth = [
-            (last, first)
-            for first, last in loaded.meta.segments
-            if first <= reach <= last and 2 * (min(last, end if end is not None else last) - reach + 1) >= last - first + 1
-        ]
-        if not worth:
-            break
-        last, first = max(worth)
-        chain.append((first, last))
+    chain = segment_chain(loaded.meta.segments, cursor, end)
     def size_of(segment: tuple[int, int]) -> int:
         return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
 
@@ -1110,8 +1153,9 @@ def follow(
     last = after
     prev_hash = after_hash
     pool = ctx.executor()
+    start: str | None = layout.event_key(session_id, last)  # seq 0 is never an event
     while not should_stop():
-        page = ctx.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
+        page = ctx.backend.list_page(prefix, start_after=start or layout.event_key(session_id, last))
         names = [info.key[len(prefix) :] for info in page.objects]
         if "tombstone" in names:
             raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
@@ -1131,5 +1175,8 @@ def follow(
                 return
         if not page.truncated and "manifest" not in names:
             raise SessionNotFoundError(session_id, "was deleted", deleted=True)
-        if not (page.truncated and len(seqs) == len(names)):
+        start = None  # the next poll lists from the last event, unless this page ended among the events:
+        if page.truncated and names and names[-1] <= _LAST_SEQ_NAME:
+            start = _list_on(prefix, page)  # then at once from past it, and past any junk it ended in
+        if start is None:
             sleep(interval)
