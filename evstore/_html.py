@@ -106,7 +106,8 @@ def _block(block: Any) -> str:
         )
     result = block.get("toolResult")
     if isinstance(result, dict):
-        inner = " ".join(_block(part) for part in result.get("content") or [])
+        parts = result.get("content")  # any JSON value: shown, never iterated unless a list
+        inner = " ".join(map(_block, parts)) if isinstance(parts, list) else "" if parts is None else _block(parts)
         return f'<span class="tool-result">result of <code>{esc(result.get("toolUseId", "?"))}</code>: {inner}</span>'
     return f"<code>{esc(block)}</code>"
 

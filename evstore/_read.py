@@ -499,8 +499,8 @@ def _salt(ctx: StoreContext, manifest: Manifest) -> bytes:
         stored = ctx.backend.get(salt_key(ctx, manifest.sid), max_bytes=MAX_SMALL_OBJECT_BYTES)
     except ObjectMissing:
         raise IntegrityError(manifest.sid, None, "sealed events but no salt: the session was shredded") from None
-    salt = b64decode(stored.data.decode("ascii", "replace"))
-    if len(salt) != 32:
+    salt = b64decode_canonical(stored.data.decode("ascii", "replace"))  # None for junk: anyone may create it
+    if salt is None or len(salt) != 32:
         raise IntegrityError(manifest.sid, None, "salt object is not 32 bytes of base64")
     return salt
 
