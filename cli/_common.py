@@ -1,17 +1,23 @@
 """What every command module shares: exit codes, the one-line error, the store context
 and progress on a watching terminal.
 
-Import order in ``cli/``: ``_common`` and ``_output`` import no other module of the
-package; ``_ecosystem`` imports them; ``_main`` imports all three. There is no circle.
+Everything the command writes to a terminal passes ``neutral`` (``say``, ``say_json`` and
+the error line), so no stored string (a session id, a manifest field, a key name, a message)
+can clear the screen, move the cursor or reorder what the eye reads.
+
+Import order in ``cli/``: ``_common`` imports no other module of the package; ``_output``
+imports it; ``_ecosystem`` imports both; ``_main`` imports all three. There is no circle.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import click
+import msgspec
 
 import evstore
 from evstore import (
@@ -36,16 +42,57 @@ EXIT_CODES: tuple[tuple[type[EvstoreError], int], ...] = (
 
 T = TypeVar("T")
 
+#: Characters never written to a terminal as they are: C0 and C1 controls, DEL, and the
+#: bidirectional overrides and isolates (which reorder what the eye reads).
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{_BIDI}]")
+_UNSAFE_KEEPING_NEWLINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+#: The same characters as they are in UTF-8 JSON: msgspec escapes the C0 controls in strings,
+#: not DEL, the C1 controls or the bidi marks (each can only stand inside a string there).
+_UNSAFE_JSON = re.compile(
+    b"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def neutral(text: str, *, newlines: bool = False) -> str:
+    """``text`` with every terminal control character (escape sequences, carriage returns,
+    backspaces, bidi overrides) written as a visible ``\\xNN``/``\\uNNNN`` escape, so stored
+    content can never clear the screen, move the cursor or spoof a line. Tabs stay; newlines
+    stay only when ``newlines`` (the caller indents the lines that follow)."""
+    return (_UNSAFE_KEEPING_NEWLINES if newlines else _UNSAFE).sub(_escape, text)
+
+
+def json_safe(encoded: bytes) -> bytes:
+    """msgspec's JSON with DEL, C1 controls and bidi marks as ``\\uNNNN`` escapes: the same
+    JSON value, and nothing in it acts on a terminal it is printed to."""
+    return _UNSAFE_JSON.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), encoded)
+
+
+def say(text: object = "", *, err: bool = False) -> None:
+    """One line of output (``click.echo``), every control character in it made visible (``neutral``)."""
+    click.echo(neutral(str(text)), err=err)
+
+
+def say_json(value: object) -> None:
+    """``value`` as one line of JSON (``json_safe``)."""
+    click.echo(json_safe(msgspec.json.encode(value)).decode())
+
 
 class CommandError(click.ClickException):
-    """An expected failure: ``evstore: <message>`` on stderr, with its exit code."""
+    """An expected failure: ``evstore: <message>`` on stderr, with its exit code. The message
+    is one line, whatever it quotes (``neutral``)."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code  # type: ignore[misc]  # click declares it on the class
 
     def format_message(self) -> str:
-        return " ".join(self.message.split())
+        return neutral(" ".join(self.message.split()))
 
     def show(self, file: Any = None) -> None:
         click.echo(f"evstore: {self.format_message()}", err=True)

@@ -7,11 +7,10 @@ Imports ``_common`` only (no other cli module imports this one but ``_main``).
 from __future__ import annotations
 
 import click
-import msgspec
 
 from evstore._doctor import diagnose
 
-from ._common import Context, pass_context
+from ._common import Context, pass_context, say, say_json
 
 _LABEL = {"ok": "ok", "fail": "FAIL", "skip": "skip"}
 
@@ -27,11 +26,11 @@ def doctor(state: Context, as_json: bool) -> None:
     """
     report = diagnose(state.store_url, endpoint_url=state.endpoint_url, **state.network)
     if as_json:
-        click.echo(msgspec.json.encode({"ok": report.ok, "checks": report.checks}).decode())
+        say_json({"ok": report.ok, "checks": report.checks})
     else:
         for check in report.checks:
             hint = f" (hint: {check.hint})" if check.status == "fail" and check.hint else ""
-            click.echo(f"{_LABEL[check.status]:<4}  {check.name}: {check.detail}{hint}")
+            say(f"{_LABEL[check.status]:<4}  {check.name}: {check.detail}{hint}")
     if not report.ok:
         raise SystemExit(1)
 

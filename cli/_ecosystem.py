@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import IO, Any, BinaryIO
 
 import click
-import msgspec
 
 from evstore import Event, InvalidInputError, Message, Store
 from evstore._codec import RewindBody
+from evstore._crypto import open_regular_file
 from evstore._formats import (
     FORMATS,
     batch_messages,
@@ -33,7 +33,7 @@ from evstore._formats import (
 from evstore._html import render_html
 from evstore._ids import validate_session_id
 
-from ._common import Context
+from ._common import CommandError, Context, exit_code_for, say, say_json
 from ._output import event_lines, render_text, write_jsonl
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
@@ -67,19 +67,26 @@ def _spooled(path: str) -> Iterator[BinaryIO]:
             spool.seek(0)
             yield spool
         return
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    with handle:
-        if os.fstat(handle.fileno()).st_size > MAX_IMPORT_BYTES:
-            raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
+    # a FIFO or device (/dev/zero) is refused at once, never waited on or read without end
+    with open_regular_file(path, "input file", MAX_IMPORT_BYTES) as handle:
         yield handle
+
+
+def _bounded_read(handle: BinaryIO, path: str) -> bytes:
+    """The whole input, at most ``MAX_IMPORT_BYTES`` (a regular file may grow while it is read)."""
+    data = handle.read(MAX_IMPORT_BYTES + 1)
+    if len(data) > MAX_IMPORT_BYTES:
+        raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
+    return data
 
 
 def _utf8_lines(handle: BinaryIO, path: str) -> Iterator[str]:
     handle.seek(0)
+    read = 0
     for line in handle:
+        read += len(line)
+        if read > MAX_IMPORT_BYTES:
+            raise click.UsageError(f"{path}: larger than {MAX_IMPORT_BYTES} bytes")
         try:
             yield line.decode("utf-8")
         except UnicodeDecodeError:
@@ -111,10 +118,6 @@ def _open_output(path: str) -> IO[bytes]:
         raise
 
 
-def _json_line(value: object) -> None:
-    click.echo(msgspec.json.encode(value).decode())
-
-
 # ---- import -----------------------------------------------------------------
 
 
@@ -134,7 +137,7 @@ def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, 
     validate_session_id(session)
     store: Store = state.store
     with _spooled(file) as handle:
-        chatcli = parse_chatcli(handle.read()) if fmt == "chatcli" else None
+        chatcli = parse_chatcli(_bounded_read(handle, file)) if fmt == "chatcli" else None
 
         def batches() -> Iterator[list[Message]]:
             """JSONL streams: a first pass checks every line and the event sizes, a second writes,
@@ -152,9 +155,9 @@ def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, 
                 seqs.append(writer.append(batch))
                 bar.update(len(batch))
     if as_json:
-        _json_line({"session": session, "messages": total, "events": len(seqs), "first_seq": seqs[0], "head": seqs[-1]})
+        say_json({"session": session, "messages": total, "events": len(seqs), "first_seq": seqs[0], "head": seqs[-1]})
     else:
-        click.echo(f"imported {total} messages into {session} ({len(seqs)} events, seq {seqs[0]}-{seqs[-1]})")
+        say(f"imported {total} messages into {session} ({len(seqs)} events, seq {seqs[0]}-{seqs[-1]})")
 
 
 # ---- export -----------------------------------------------------------------
@@ -209,23 +212,26 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
     except OSError as exc:
         raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
     if rewinds:
-        click.echo(
+        say(
             f"evstore: note: {session} has {rewinds} rewinds; the export holds every message as written,"
             " withdrawn ones included (replay --view context shows what a model gets)",
             err=True,
         )
     if as_json:
-        _json_line({"session": session, "messages": len(messages), "events": head, "rewinds": rewinds, "output": output})
+        say_json({"session": session, "messages": len(messages), "events": head, "rewinds": rewinds, "output": output})
 
 
 def _export_html(store: Store, session: str, output: str, as_json: bool) -> None:
     """Verify, then render exactly the events the receipt covers (a writer appending
-    meanwhile cannot slip unverified events into the page)."""
-    verified = store.verify(session)
+    meanwhile cannot slip unverified events into the page). A session that fails
+    verification gets its page too, the verified part and the failure: written, then
+    the command fails with the integrity error (exit 5), naming where the page went."""
+    audited = store.audit(session)
+    verified, failure = audited.verified, audited.failure
     info = store.info(session)
     events = list(store.replay(session, end=verified.receipt.seq))
     generated = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    page = render_html(session, events, verified=verified, info=info, generated=generated).encode()
+    page = render_html(session, events, verified=verified, info=info, generated=generated, failure=failure).encode()
     try:
         with _open_output(output) as out:
             out.write(page)
@@ -233,8 +239,15 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
     except OSError as exc:
         raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
     if as_json:
-        _json_line(
-            {"session": session, "events": len(events), "receipt": str(verified.receipt), "bytes": len(page), "output": output}
+        summary: dict[str, object] = {"session": session, "events": len(events), "receipt": str(verified.receipt)}
+        if failure is not None:
+            summary.update(verified=False, failure={"seq": failure.seq, "reason": failure.detail})
+        say_json({**summary, "bytes": len(page), "output": output})
+    if failure is not None:
+        where = "standard output" if output == "-" else repr(output)
+        part = f"the verified part (seq {events[0].seq} to {events[-1].seq})" if events else "no verified events"
+        raise CommandError(
+            f"{failure}; the report was written to {where}: {part}, then the failure", exit_code_for(failure)
         )
 
 

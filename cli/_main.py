@@ -20,12 +20,13 @@ from evstore import (
     InvalidInputError,
     KeyRequiredError,
     Receipt,
+    SessionExistsError,
     SessionExpiredError,
     SessionNotFoundError,
 )
 from evstore._context import FENCE_HOLD
 
-from ._common import CommandError, Context, Progress, counted, exit_code_for, pass_context
+from ._common import CommandError, Context, Progress, counted, exit_code_for, json_safe, pass_context, say, say_json
 from ._doctor import register as register_doctor
 from ._ecosystem import check_output_path, register
 from ._network import network_options, open_options
@@ -123,7 +124,7 @@ def _read_input(text: str | None, limit: int) -> str:
     if text is not None:
         return text
     if _stdin_is_terminal():  # someone typed `evstore append SESSION` and would wait in silence
-        click.echo("evstore: reading the message from standard input: end it with Ctrl-D (or give TEXT)", err=True)
+        say("evstore: reading the message from standard input: end it with Ctrl-D (or give TEXT)", err=True)
     data = sys.stdin.buffer.read(limit + 1)
     if len(data) > limit:
         raise InvalidInputError(f"input exceeds the limit of {limit} bytes")
@@ -160,10 +161,7 @@ def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            value = msgspec.json.decode(line)
-        except msgspec.DecodeError as exc:
-            raise InvalidInputError(f"line {number}: invalid JSON: {exc}") from None
+        value = evstore._codec.decode_json_value(line, f"line {number}")
         key: object = None
         if isinstance(value, dict) and "role" not in value and "rewind" in value:
             rewind = value["rewind"]
@@ -208,6 +206,9 @@ def _is_count(value: object) -> bool:
     "--jsonl", "as_jsonl", is_flag=True, help="One message per line (or replay --format jsonl lines), appended in order."
 )
 @click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@click.option(
+    "--new", "new", is_flag=True, help="Start a new session under SESSION (exit 4 if one lives): also over a deleted one."
+)
 @click.option("--expect-head", type=click.IntRange(min=0), help="Fail with exit 4 unless the session's head is this seq.")
 @click.option(
     "--idempotency-key",
@@ -223,16 +224,20 @@ def append(
     as_json: bool,
     as_jsonl: bool,
     ephemeral: bool,
+    new: bool,
     expect_head: int | None,
     idempotency_key: str | None,
 ) -> None:
-    """Append a message to SESSION (created if missing); print the seq it got.
+    """Append a message to SESSION (created if it never existed); print the seq it got.
 
-    The message is TEXT, or standard input when TEXT is absent. With --idempotency-key and
-    --jsonl, line N (from 0) is keyed KEY:N.
+    A SESSION that was deleted or has expired is refused (exit 3, 6): --new starts a new
+    session under a deleted one's id. The message is TEXT, or standard input when TEXT is
+    absent. With --idempotency-key and --jsonl, line N (from 0) is keyed KEY:N.
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
+    if new and expect_head is not None:
+        raise click.UsageError("--new and --expect-head exclude each other (--new starts an empty session)")
     if text is not None and as_jsonl:
         raise click.UsageError("--jsonl reads standard input: give no TEXT")
     evstore._ids.validate_session_id(session)
@@ -250,9 +255,11 @@ def append(
     for entry in entries:  # refuse oversized input before anything is written
         if isinstance(entry, Batch):
             evstore._codec.encode_body(evstore._codec.MessagesBody(entry.messages), store.max_event_bytes)
-    # with --expect-head N > 0 the session must exist already: never create one just to refuse it
-    create = expect_head is None or expect_head == 0
-    writer = store.open(session, create=create, retention="ephemeral" if ephemeral else "permanent")
+    retention: evstore.Retention = "ephemeral" if ephemeral else "permanent"
+    writer = _writer(store, session, retention, new=new, expect_head=expect_head, idempotency_key=idempotency_key)
+    if new and writer.head != writer.manifest.base:
+        # a retry of an --idempotency-key append (_writer): its first event lands on the empty session or not at all
+        expect_head = writer.manifest.base
     if ephemeral and writer.manifest.retention != "ephemeral":
         raise InvalidInputError(
             f"session {session!r} exists and is {writer.manifest.retention}: retention is fixed when a session is"
@@ -276,7 +283,51 @@ def append(
             seq = writer.append(entry.messages, expected_head=expected, idempotency_key=key)
         if entry.seq is not None:
             new_seq[entry.seq] = seq
-        click.echo(seq)
+        say(seq)
+
+
+def _writer(
+    store: evstore.Store,
+    session: str,
+    retention: evstore.Retention,
+    *,
+    new: bool,
+    expect_head: int | None,
+    idempotency_key: str | None,
+) -> evstore.Session:
+    """``append``'s writer: a new session with ``new``; else the live session, or a new one for an id
+    never used (never for ``expect_head`` > 0: no session is created just to refuse it). A deleted
+    or expired session is refused, with what to do instead: an append never starts a new session
+    over one unasked."""
+    if new:
+        try:
+            return store.create(session, retention=retention)
+        except SessionExistsError:
+            if idempotency_key is None:
+                raise
+            return store.open(session)  # a retry whose create landed: the key tells whether the append did
+    try:
+        return store.open(session, create=not expect_head, retention=retention, recreate=False)
+    except SessionNotFoundError as error:
+        if not error.deleted or error.kept_for_forks:
+            raise
+        raise CommandError(
+            f"{error}: nothing was appended (start the new session with append --new, or evstore create {session})", 3
+        ) from None
+    except SessionExpiredError as error:
+        raise CommandError(
+            f"{error}: nothing was appended (once gc has removed them, the id can start a new session)", 6
+        ) from None
+
+
+@cli.command()
+@session_argument
+@click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@pass_context
+def create(state: Context, session: str, ephemeral: bool) -> None:
+    """Start a new, empty SESSION (exit 4 if one lives); over a deleted one, a new session under its id."""
+    writer = state.store.create(session, retention="ephemeral" if ephemeral else "permanent")
+    click.echo(f"created {session}: empty, its first event will be seq {writer.head + 1}")
 
 
 @cli.command()
@@ -330,15 +381,18 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
 
     That includes deleted sessions whose objects gc has yet to remove (after the fence hold,
     or later while forks read them) and expired remnants; --long, --tree and --json mark them.
+    A session that cannot be read (its manifest does not decode, or its name is no session
+    id) is listed as unreadable, with why, among the rest; then the command exits 5.
     """
     store = state.store
     ids = store.list_sessions(prefix, limit=limit)
     if not (long_ or tree or as_json):
         for session_id in ids:
-            click.echo(session_id)
+            say(session_id)
         return
     infos = []
     gone: dict[str, str] = {}  # id -> why it has objects but no live session
+    unreadable: dict[str, str] = {}  # id -> why it cannot be read
     for session_id in ids:
         try:
             infos.append(store.info(session_id))
@@ -346,21 +400,32 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
             gone[session_id] = "deleted" if "was deleted" in str(error) else "no manifest"
         except SessionExpiredError:
             gone[session_id] = "expired"
+        except IntegrityError as error:
+            unreadable[session_id] = str(error)
+        except InvalidInputError:  # a name under sessions/ that no session can have
+            unreadable[session_id] = "not a valid session id (an object evstore never wrote)"
     if tree:
         from ._output import render_tree
 
-        render_tree(infos, gone)
+        render_tree(infos, {**gone, **{sid: f"unreadable: {why}" for sid, why in unreadable.items()}})
     elif as_json:
         for info in infos:
-            click.echo(msgspec.json.encode(info_json(info)).decode())
+            say_json(info_json(info))
         for session_id, state_ in gone.items():
-            click.echo(msgspec.json.encode({"session": session_id, "state": state_}).decode())
+            say_json({"session": session_id, "state": state_})
+        for session_id, why in unreadable.items():
+            say_json({"session": session_id, "state": "unreadable", "error": why})
     else:
         for info in infos:
             parent = f" fork of {info.parent.sid}@{info.parent.seq}" if info.parent else ""
-            click.echo(f"{info.session_id}\thead={info.head}\t{info.retention}{parent}")
+            say(f"{info.session_id}\thead={info.head}\t{info.retention}{parent}")
         for session_id, state_ in gone.items():
-            click.echo(f"{session_id}\t({GONE_NOTES[state_]})")
+            say(f"{session_id}\t({GONE_NOTES[state_]})")
+        for session_id, why in unreadable.items():
+            say(f"{session_id}\t(unreadable: {why})")
+    if unreadable:  # everything readable is listed; a script still learns that something is wrong
+        named = ", ".join(repr(sid) for sid in list(unreadable)[:5]) + (", ..." if len(unreadable) > 5 else "")
+        raise CommandError(f"cannot read {len(unreadable)} of the sessions listed (marked unreadable): {named}", 5)
 
 
 #: What ``list`` says about an id that has objects but no live session.
@@ -380,11 +445,11 @@ def info(state: Context, session: str, as_json: bool) -> None:
     details = state.store.info(session)
     data = info_json(details)
     if as_json:
-        click.echo(msgspec.json.encode(data).decode())
+        say_json(data)
         return
     for key, value in data.items():
         if value is not None and value != []:
-            click.echo(f"{key}: {', '.join(value) if isinstance(value, list) else value}")
+            say(f"{key}: {', '.join(value) if isinstance(value, list) else value}")
 
 
 @cli.command()
@@ -395,12 +460,12 @@ def delete(state: Context, session: str) -> None:
     after the head). gc removes its objects 10 minutes on, or once no live fork reads them."""
     result = state.store.delete(session)
     if result.kept_for_forks:
-        click.echo(
+        say(
             f"deleted {session} (fenced at seq {result.fenced_at}); its objects are kept for forks: "
             f"{', '.join(result.kept_for_forks)}"
         )
     else:
-        click.echo(f"deleted {session} (fenced at seq {result.fenced_at}); gc removes its objects after {result.removable_after}")
+        say(f"deleted {session} (fenced at seq {result.fenced_at}); gc removes its objects after {result.removable_after}")
 
 
 @cli.command()
@@ -415,7 +480,7 @@ def fork(state: Context, source: str, target: str, at: int | None, ephemeral: bo
     writer = state.store.fork(source, target, at=at, retention=retention)
     parent = writer.manifest.parent
     assert parent is not None
-    click.echo(f"forked {source}@{parent.seq} into {target}")
+    say(f"forked {source}@{parent.seq} into {target}")
 
 
 @cli.command()
@@ -425,7 +490,7 @@ def fork(state: Context, source: str, target: str, at: int | None, ephemeral: bo
 def rewind(state: Context, session: str, to_seq: int) -> None:
     """Withdraw SESSION's messages after --to from the context view (the audit view keeps them)."""
     seq = state.store.open(session).rewind(to_seq)
-    click.echo(seq)
+    say(seq)
 
 
 @cli.command()
@@ -445,36 +510,34 @@ def verify(state: Context, session: str, expect: str | None, as_json: bool, rece
     expected = Receipt.parse(expect) if expect else None
     result = state.store.verify(session, expect=expected)
     if receipt_only:
-        click.echo(str(result.receipt))
+        say(str(result.receipt))
         return
     if as_json:
-        click.echo(
-            msgspec.json.encode(
-                {
-                    "session": result.session_id,
-                    "ok": True,
-                    "head_seq": result.receipt.seq,
-                    "head_hash": result.receipt.hash,
-                    "receipt": str(result.receipt),
-                    "events": result.events,
-                    "sealed_checked": result.sealed_checked,
-                    "sealed_unchecked": result.sealed_unchecked,
-                    "expected": str(expected) if expected else None,
-                    "superseded_by_rekey": result.superseded_by_rekey,
-                }
-            ).decode()
+        say_json(
+            {
+                "session": result.session_id,
+                "ok": True,
+                "head_seq": result.receipt.seq,
+                "head_hash": result.receipt.hash,
+                "receipt": str(result.receipt),
+                "events": result.events,
+                "sealed_checked": result.sealed_checked,
+                "sealed_unchecked": result.sealed_unchecked,
+                "expected": str(expected) if expected else None,
+                "superseded_by_rekey": result.superseded_by_rekey,
+            }
         )
         return
-    click.echo(
+    say(
         f"ok: {result.events} events, chain intact"
         + (f", {result.sealed_checked} tags checked" if result.sealed_checked else "")
         + (f", {result.sealed_unchecked} sealed events not checked (no key)" if result.sealed_unchecked else "")
     )
     if expected and result.superseded_by_rekey:
-        click.echo(f"receipt {expected} is superseded by a recorded rekey: the log re-sealed that event and extends it")
+        say(f"receipt {expected} is superseded by a recorded rekey: the log re-sealed that event and extends it")
     elif expected:
-        click.echo(f"extends receipt {expected}")
-    click.echo(f"receipt: {result.receipt}")
+        say(f"extends receipt {expected}")
+    say(f"receipt: {result.receipt}")
 
 
 @cli.command()
@@ -485,10 +548,10 @@ def compact(state: Context, session: str, segment_size: int) -> None:
     """Pack runs of SESSION's events into segments so replay needs fewer requests."""
     made = state.store.compact(session, segment_size=segment_size)
     if made:
-        click.echo(f"{len(made)} segments written ({made[0][0]}-{made[-1][1]})")
+        say(f"{len(made)} segments written ({made[0][0]}-{made[-1][1]})")
         return
     info = state.store.info(session)
-    click.echo(
+    say(
         f"0 segments written: a segment packs a full run of {segment_size} events (--segment-size) that no segment"
         f" holds yet, and {session} has no such run (head {info.head}, {info.segments} segments already)"
     )
@@ -501,7 +564,7 @@ def rekey(state: Context, session: str) -> None:
     """Re-seal SESSION under the active key (encrypts a plaintext session). Receipts issued
     before stay checkable through the rekey record it writes."""
     result = state.store.rekey(session)
-    click.echo(
+    say(
         f"rekeyed {session} under key {result.key_id}: {result.resealed} events re-sealed, "
         f"{result.already_current} already current" + (f"; recorded in {', '.join(result.records)}" if result.records else "")
     )
@@ -516,7 +579,7 @@ def shred(state: Context, session: str, include_forks: bool) -> None:
     result = state.store.shred(session, include_forks=include_forks)
     salt = "salt destroyed" if result.salt_destroyed else "plaintext session: no salt to destroy"
     forks = f"; forks shredded: {', '.join(result.shredded_forks)}" if result.shredded_forks else ""
-    click.echo(f"shredded {session}: {salt}, {result.objects_removed} objects removed{forks}")
+    say(f"shredded {session}: {salt}, {result.objects_removed} objects removed{forks}")
 
 
 @cli.command()
@@ -559,7 +622,7 @@ def gc(
         progress.tick()
         if (dry_run or verbose) and not as_json:
             progress.clear()
-            click.echo(f"{'would remove' if dry_run else 'removed'} {key} ({size} bytes): {reason}")
+            say(f"{'would remove' if dry_run else 'removed'} {key} ({size} bytes): {reason}")
 
     report = state.store.gc(
         dry_run=dry_run,
@@ -572,20 +635,20 @@ def gc(
     )
     progress.clear()
     if as_json:
-        click.echo(msgspec.json.encode(report).decode())
+        say_json(report)
         return
     verb = "would remove" if dry_run else "removed"
-    click.echo(
+    say(
         f"gc: {report.sessions} sessions, {report.objects_scanned} objects scanned; {verb} {report.objects_removed} objects "
         f"({report.bytes_removed} bytes) of {report.sessions_removed} sessions, {report.uploads_aborted} incomplete uploads; "
         f"kept {report.kept_young} objects younger than the grace period or fenced by a delete less than "
         f"{FENCE_HOLD.total_seconds() / 60:.0f} minutes ago; {report.requests} requests"
     )
     for reason, count in sorted(report.reasons.items()):
-        click.echo(f"  {reason}: {count}")
+        say(f"  {reason}: {count}")
     if report.sessions_deleted:
         deleted = "would delete" if dry_run else "deleted"
-        click.echo(
+        say(
             f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (counted by age, however new: "
             "--grace does not apply); a gc run after the fence hold removes their objects"
         )
@@ -609,14 +672,14 @@ def lifecycle_apply(state: Context, ephemeral_days: int) -> None:
             ("saved" if changed else "unchanged") + f": {len(rules)} rules, recorded with the store, but a local store never"
             " runs lifecycle rules: run `evstore gc --apply-lifecycle` (e.g. daily) to expire ephemeral sessions"
         )
-    click.echo(line)
+    say(line)
 
 
 @lifecycle.command("show")
 @pass_context
 def lifecycle_show(state: Context) -> None:
     """Print the bucket's lifecycle rules as JSON."""
-    click.echo(msgspec.json.format(msgspec.json.encode(state.store.lifecycle_rules()), indent=2).decode())
+    click.echo(json_safe(msgspec.json.format(msgspec.json.encode(state.store.lifecycle_rules()), indent=2)).decode())
 
 
 @lifecycle.command("preview")
@@ -634,8 +697,8 @@ def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
         return
     for item in items:
         sessions[item.session_id] = sessions.get(item.session_id, 0) + 1
-        click.echo(f"{item.expires.isoformat()}  {item.key}")
-    click.echo(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
+        say(f"{item.expires.isoformat()}  {item.key}")
+    say(f"{sum(sessions.values())} objects of {len(sessions)} sessions expire by {at_text}")
 
 
 @cli.command()
@@ -648,14 +711,14 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
     if keyring_path is None:
         if key_id:
             raise click.UsageError("--key-id needs --keyring")
-        click.echo(evstore.generate_key())
+        say(evstore.generate_key())
         return
     check_output_path(keyring_path)
     try:
         kid = evstore._crypto.add_key_to_file(keyring_path, key_id)
     except OSError as exc:
         raise InvalidInputError(f"cannot write keyring {keyring_path!r}: {exc.strerror or exc}") from None
-    click.echo(f"added key {kid} to {keyring_path} and made it active")
+    say(f"added key {kid} to {keyring_path} and made it active")
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""How the command prints sessions: text for people, JSON lines for scripts."""
+"""How the command prints sessions: text for people, JSON lines for scripts; every stored
+string passes ``neutral`` (text) or ``json_safe`` (JSON) on its way out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import msgspec
 
 from evstore import Event, SessionInfo
 from evstore._codec import RewindBody
+
+from ._common import json_safe, neutral, say
 
 
 def event_lines(events: Iterable[Event], session_id: str) -> Iterator[dict[str, Any]]:
@@ -28,7 +31,7 @@ def write_jsonl(lines: Iterable[dict[str, Any]]) -> None:
     encoder = msgspec.json.Encoder()
     out: BinaryIO = sys.stdout.buffer
     for line in lines:
-        out.write(encoder.encode(line) + b"\n")
+        out.write(json_safe(encoder.encode(line)) + b"\n")
     out.flush()
 
 
@@ -37,32 +40,9 @@ def write_json(lines: Iterable[dict[str, Any]]) -> None:
     out: BinaryIO = sys.stdout.buffer
     out.write(b"[")
     for i, line in enumerate(lines):
-        out.write((b",\n" if i else b"\n") + encoder.encode(line))
+        out.write((b",\n" if i else b"\n") + json_safe(encoder.encode(line)))
     out.write(b"\n]\n")
     out.flush()
-
-
-#: Characters never written to a terminal as they are: C0 and C1 controls, DEL, and the
-#: bidirectional overrides and isolates (which reorder what the eye reads).
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def neutral(text: str, *, newlines: bool = False) -> str:
-    """``text`` with every terminal control character (escape sequences, carriage returns,
-    backspaces, bidi overrides) written as a visible ``\\xNN``/``\\uNNNN`` escape, so stored
-    content can never clear the screen, move the cursor or spoof a line. Tabs stay; newlines
-    stay only when ``newlines`` (the caller indents the lines that follow)."""
-    return "".join(
-        _escape(c)
-        if (c < " " and c != "\t" and not (newlines and c == "\n")) or "\x7f" <= c <= "\x9f" or c in _BIDI
-        else c
-        for c in text
-    )
 
 
 def _compact_json(value: Any) -> str:
@@ -83,7 +63,8 @@ def _block_text(block: Any) -> str:
         return f"-> {use.get('name', '?')}({_compact_json(use.get('input', ''))}) [{use.get('toolUseId', '?')}]"
     result = block.get("toolResult")
     if isinstance(result, dict):
-        inner = " ".join(_block_text(part) for part in result.get("content") or [])
+        parts = result.get("content")  # any JSON value: shown, never iterated unless a list
+        inner = " ".join(map(_block_text, parts)) if isinstance(parts, list) else "" if parts is None else _block_text(parts)
         status = f" {result['status']}" if isinstance(result.get("status"), str) else ""
         return f"<- [{result.get('toolUseId', '?')}]{status}: {inner}"
     kind = block.get("type") or next(iter(block), "empty")
@@ -192,11 +173,11 @@ def render_tree(infos: list[SessionInfo], gone: dict[str, str] | None = None) ->
 
     def show(item: SessionInfo | str, depth: int) -> None:
         if isinstance(item, str):
-            click.echo(f"{item} ({gone[item]})")
+            say(f"{item} ({gone[item]})")
             session_id = item
         else:
             at = f" @{item.parent.seq}" if item.parent and depth else ""
-            click.echo(f"{'  ' * depth}{'└─ ' if depth else ''}{item.session_id}{at} (head {item.head})")
+            say(f"{'  ' * depth}{'└─ ' if depth else ''}{item.session_id}{at} (head {item.head})")
             session_id = item.session_id
         for child in children.get(session_id, []):
             show(child, depth + 1)

@@ -188,38 +188,77 @@ def check_nesting(value: object, limit: int = MAX_NESTING) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-def validate_message(message: object) -> Message:
-    """Check one message's shape; unknown fields are kept as they are."""
+#: The fields of a message whose type is fixed (each may also be null), with the type's name.
+_TYPED_FIELDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("content", (str, list), "text, a list of parts"),
+    ("tool_calls", list, "a list"),
+    ("tool_call_id", str, "text"),
+    ("name", str, "text"),
+    ("meta", dict, "an object"),
+)
+
+
+def message_problem(message: object) -> str | None:
+    """What makes ``message`` no message (its shape, nesting aside), or None: the one rule
+    that append enforces and every read checks again (``check_messages``)."""
     if not isinstance(message, dict):
-        raise InvalidInputError(f"a message must be a JSON object, not {type(message).__name__}")
-    check_nesting(message)
+        return f"a message must be a JSON object, not {type(message).__name__}"
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise InvalidInputError(f"message role must be one of {', '.join(sorted(ROLES))}, not {role!r}"[:200])
-    content = message.get("content")
-    if content is not None and not isinstance(content, str | list):
-        raise InvalidInputError("message content must be text, a list of parts, or null")
-    for field, kind, name in (
-        ("tool_calls", list, "a list"),
-        ("tool_call_id", str, "text"),
-        ("name", str, "text"),
-        ("meta", dict, "an object"),
-    ):
+        return f"message role must be one of {', '.join(sorted(ROLES))}, not {role!r}"[:200]
+    for field, kind, name in _TYPED_FIELDS:
         value = message.get(field)
         if value is not None and not isinstance(value, kind):
-            raise InvalidInputError(f"message field {field!r} must be {name} or null")
+            return f"message field {field!r} must be {name} or null"
+    return None
+
+
+def validate_message(message: object) -> Message:
+    """Check one message's shape; unknown fields are kept as they are."""
+    problem = message_problem(message)
+    if problem is not None or not isinstance(message, dict):
+        raise InvalidInputError(problem or "a message must be a JSON object")
+    check_nesting(message)
     return message
+
+
+def check_messages(body: Body, session_id: str, seq: int) -> Body:
+    """``body``, or ``IntegrityError`` naming the seq when one of its messages breaks the
+    message schema (``message_problem``).
+
+    Append never writes such a message, so an event that holds one was written around evstore
+    (forged, or by another program): the log is refused at that seq, as for any other forged
+    event, rather than shown. An auditor is told exactly where the log stops being evstore's,
+    and the context view, the adapters and the command's printers never meet a shape they
+    cannot handle. Checked once, where an event is decoded: a few dict lookups a message.
+    """
+    if type(body) is MessagesBody:
+        for message in body.messages:
+            # the common message, {"role": ..., "content": "..."}, is valid by this alone
+            role = message.get("role")
+            if len(message) == 2 and type(role) is str and role in ROLES and type(message.get("content")) is str:
+                continue
+            if (problem := message_problem(message)) is not None:
+                index = body.messages.index(message)  # the first message equal to it: as invalid
+                raise IntegrityError(session_id, seq, f"message {index} is not a valid message: {problem}")
+    return body
+
+
+def decode_json_value(data: str | bytes, where: str = "") -> Any:
+    """Any JSON value from text given to evstore; ``InvalidInputError`` when it is not JSON or
+    nests too deep for the decoder (deeper than any message may: ``MAX_NESTING``)."""
+    prefix = f"{where}: " if where else ""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise InvalidInputError(f"{prefix}invalid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{prefix}a message may nest lists and objects at most {MAX_NESTING} levels deep") from None
 
 
 def decode_message_json(text: str | bytes) -> Message:
     """One message from JSON text; ``InvalidInputError`` when it is not valid JSON or not a message."""
-    try:
-        value = msgspec.json.decode(text)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"invalid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidInputError(f"a message may nest lists and objects at most {MAX_NESTING} levels deep") from None
-    return validate_message(value)
+    return validate_message(decode_json_value(text))
 
 
 def encode_json(value: object) -> bytes:
@@ -238,9 +277,10 @@ def encode_body(body: Body, max_bytes: int) -> bytes:
 
 def decode_body(data: bytes, session_id: str, seq: int) -> Body:
     try:
-        return _body_decoder.decode(data)
+        body = _body_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
         raise IntegrityError(session_id, seq, f"event body does not decode ({exc})") from None
+    return check_messages(body, session_id, seq)
 
 
 def header_aad(envelope: Envelope) -> bytes:
@@ -264,6 +304,8 @@ def decode_envelope(data: bytes | memoryview, session_id: str, seq: int) -> Enve
         raise IntegrityError(session_id, seq, "event must carry exactly one of body or sealed")
     if (envelope.sealed is None) != (envelope.kid is None):
         raise IntegrityError(session_id, seq, "key id and sealed body must come together")
+    if envelope.body is not None:
+        check_messages(envelope.body, session_id, seq)
     return envelope
 
 

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 
@@ -62,25 +62,33 @@ def _decode_key(text: str, where: str) -> bytes:
 MAX_KEYRING_BYTES = 1 << 20
 
 
-def _read_keyring_file(path: str | os.PathLike[str]) -> bytes:
-    """The file's bytes: a regular file (reached through symlinks, as mounted secrets are) of at
-    most ``MAX_KEYRING_BYTES``; a FIFO or device is refused at once, never read or waited on."""
+def open_regular_file(path: str | os.PathLike[str], what: str, limit: int) -> BinaryIO:
+    """``path`` open for reading: a regular file (reached through symlinks, as mounted secrets
+    are) of at most ``limit`` bytes; a FIFO or device is refused at once (``InvalidInputError``),
+    never read or waited on. ``what`` names the file in messages ("keyring", "input file")."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise InvalidInputError(f"cannot read keyring {str(path)!r}: {exc.strerror}") from None
+        raise InvalidInputError(f"cannot read {what} {str(path)!r}: {exc.strerror}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise InvalidInputError(f"keyring {str(path)!r} is not a regular file")
-        if info.st_size > MAX_KEYRING_BYTES:
-            raise InvalidInputError(f"keyring {str(path)!r} is larger than {MAX_KEYRING_BYTES} bytes")
-        with os.fdopen(os.dup(fd), "rb") as handle:
+            raise InvalidInputError(f"{what} {str(path)!r} is not a regular file")
+        if info.st_size > limit:
+            raise InvalidInputError(f"{what} {str(path)!r} is larger than {limit} bytes")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_keyring_file(path: str | os.PathLike[str]) -> bytes:
+    """The keyring file's bytes (``open_regular_file``), at most ``MAX_KEYRING_BYTES``."""
+    try:
+        with open_regular_file(path, "keyring", MAX_KEYRING_BYTES) as handle:
             raw = handle.read(MAX_KEYRING_BYTES + 1)
     except OSError as exc:
         raise InvalidInputError(f"cannot read keyring {str(path)!r}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
     if len(raw) > MAX_KEYRING_BYTES:
         raise InvalidInputError(f"keyring {str(path)!r} is larger than {MAX_KEYRING_BYTES} bytes")
     return raw
@@ -156,7 +164,7 @@ class Keyring:
         raw = _read_keyring_file(path)
         try:
             parsed = msgspec.json.decode(raw, type=_KeyringFile)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             raise InvalidInputError(
                 f'keyring {str(path)!r} is not JSON of the form {{"active": ID, "keys": {{ID: BASE64}}}}'
             ) from None
@@ -244,13 +252,25 @@ def new_salt() -> bytes:
     return os.urandom(SALT_BYTES)
 
 
-def derive_session_key(master: bytes, salt: bytes, session_id: str) -> AESGCM:
+#: HKDF's ``info`` for a session key: part of the stored format (a change makes every sealed
+#: session unreadable; tests/test_known_answers.py pins it).
+SESSION_KEY_INFO = b"evstore/v1/session/"
+
+
+def session_key_bytes(master: bytes, salt: bytes, session_id: str) -> bytes:
+    """The session's 32-byte AES key: HKDF-SHA256(master, salt, ``SESSION_KEY_INFO`` + sid)."""
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=b"evstore/v1/session/" + session_id.encode())
-    return AESGCM(hkdf.derive(master))
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=SESSION_KEY_INFO + session_id.encode()).derive(
+        master
+    )
+
+
+def derive_session_key(master: bytes, salt: bytes, session_id: str) -> AESGCM:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    return AESGCM(session_key_bytes(master, salt, session_id))
 
 
 def seal(key: AESGCM, plaintext: bytes, aad: bytes) -> bytes:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._codec import Message, MessagesBody, validate_message
+from ._codec import Message, MessagesBody, decode_json_value, validate_message
 from ._errors import InvalidInputError
 
 Format = Literal["jsonl", "chatcli"]
@@ -48,13 +48,6 @@ CHATCLI_V2_DEFAULTS: dict[str, Any] = {
 _encoder = msgspec.json.Encoder()
 
 
-def _decode(data: str | bytes, where: str) -> Any:
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidInputError(f"{where}: invalid JSON: {exc}") from None
-
-
 def _checked(value: object, where: str) -> Message:
     try:
         return validate_message(value)
@@ -70,7 +63,7 @@ def parse_jsonl(lines: Iterable[str | bytes]) -> Iterator[Message]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        value = _decode(line, f"line {number}")
+        value = decode_json_value(line, f"line {number}")
         if isinstance(value, dict) and "role" not in value:
             if "message" in value:
                 value = value["message"]
@@ -94,7 +87,7 @@ def render_jsonl(messages: Iterable[Message]) -> Iterator[bytes]:
 def parse_chatcli(data: str | bytes) -> list[Message]:
     """The messages of a ChatCLI session file (v2 object or older plain list), the file's own
     fields folded into the first message's ``meta.chatcli_file``."""
-    value = _decode(data, "chatcli file")
+    value = decode_json_value(data, "chatcli file")
     history: Any
     fields: dict[str, Any] | None
     if isinstance(value, list):

@@ -134,8 +134,9 @@ def test_resume_then_append_waits_on_at_most_four_round_trips_to_5000_events_fiv
 def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
     """At 45,000 events a resume reads a chain of more segments than two groups of 8, but fewer
     than the pool's 32 threads. Two groups at a time made this 6 round trips with the append (7
-    with 1 KiB messages); 4 before the 45 LIST pages whose ETags vouch for the segments' events,
-    which with the segment GETs no longer go out in two rounds of the pool's 32 threads: 5."""
+    with 1 KiB messages), all of them at once 4; with the 45 LIST pages whose ETags vouch for the
+    segments' events, the segment GETs, the pages and the tail's LIST (about 68 requests) take up
+    to three rounds of the pool's 32 threads: 6 (4 or 5 where the tail's GETs overlap them)."""
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", 45_000)
     delayed = DelayedStore(inner, 0.04)
@@ -144,7 +145,7 @@ def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
     writer.append(msg("next"))
     segment_gets = [key for kind, key in counted.keys if kind == "GET" and ("/segments/" in key or "/young/" in key)]
     assert len(segment_gets) > 2 * 8
-    assert delayed.chain() <= 5
+    assert delayed.chain() <= 6
     assert writer.head == 45_001 and len(context) == 45_000
 
 
