@@ -108,9 +108,9 @@ MUTATIONS = (
         "segment-not-vouched",
         "a planted segment never changes what a read returns",
         "evstore/_read.py",
-        "            if not _vouched(checked, loose_last):",
-        "            if any(segment is None for segment in checked):",
-        ("tests/test_hostile_bucket.py",),
+        "            if not _vouched(checked, covered, cursor, end):",
+        "            if False:",
+        ("tests/test_hostile_bucket.py", "tests/test_hostile_segments.py"),
     ),
     Mutation(
         "any-412-is-ours",
