@@ -4,6 +4,7 @@ session key where the writer has one). Each way of planting ends in the true his
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from evstore_cli import cli
 
 from evstore import IntegrityError, LocalStore, MemoryStore, ObjectStore, SessionNotFoundError, Store
+from evstore._backends import ListPage, ObjectInfo
 from evstore._codec import (
     FORMAT_VERSION,
     Envelope,
@@ -118,6 +120,43 @@ def test_the_honest_path_still_reads_from_segments(backend: ObjectStore) -> None
     assert len(gets) == 1 + 2 and all("/segments/" in key for key in gets[1:])  # the manifest, both segments
     # the non-event objects, the page whose ETags vouch for the 40 events, the (empty) tail
     assert counting.counts["LIST"] == 3
+
+
+def test_a_forged_segment_reaching_past_a_true_one_is_never_used(scene: Scene) -> None:
+    scene.store.compact("s", segment_size=5)  # the true segment 1-5
+    forged = scene.forged_events([f"forged {i}" for i in range(6)])
+    scene.plant(segment(1, 6), pack_segment("s", scene.manifest.uid, forged))  # reaches further: chosen first
+    scene.plant(f"{6:020d}", forged[-1][1])
+    refused_at(scene, 6)
+
+
+class ListedETags(CountingStore):
+    """Lists every object with the ETag ``etag`` gives it: a store whose listed ETags state no MD5."""
+
+    def __init__(self, inner: ObjectStore, etag: Callable[[ObjectInfo], str]) -> None:
+        super().__init__(inner)
+        self._etag = etag
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        page = super().list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        objects = [ObjectInfo(o.key, o.size, self._etag(o), o.last_modified, o.metadata) for o in page.objects]
+        return ListPage(objects, page.prefixes, page.truncated, page.next_start_after)
+
+
+@pytest.mark.parametrize("etag", ['"0123456789abcdef0123456789abcdef-2"', "", '"0123456789abcdef0123456789abcdef"'])
+def test_a_listing_whose_etags_are_not_the_events_md5_reads_the_loose_events(etag: str) -> None:
+    """Multipart (``-``), none, or 32 hex digits that are not the MD5 (SSE-KMS): the segments are
+    passed over and every event is read loose (correct, slower)."""
+    memory = MemoryStore()
+    store = Store(memory, auto_compact=None)
+    writer = store.open("s", create=True)
+    for i in range(40):
+        writer.append(msg(f"m{i}"))
+    assert store.compact("s", segment_size=16) == [(1, 16), (17, 32)]
+    counting = ListedETags(memory, lambda _: etag)
+    assert [m["content"] for m in Store(counting).context("s")] == [f"m{i}" for i in range(40)]
+    names = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
+    assert sorted(int(name) for name in names if name.isdigit()) == list(range(1, 41))
 
 
 def test_the_local_store_lists_each_object_with_its_content_etag(tmp_path: Path) -> None:
