@@ -335,7 +335,7 @@ def held_by_forks(forks: list[str]) -> str:
 def deleted(ctx: StoreContext, manifest: Manifest, meta: Meta) -> SessionNotFoundError:
     """The error for a deleted session whose objects remain: kept for live forks (a GET per
     fork marker), or until gc removes them."""
-    forks = live_forks(ctx, manifest.uid, meta.forks)
+    forks = keeping_forks(ctx, manifest, meta)
     if forks:
         return SessionNotFoundError(manifest.sid, held_by_forks(forks), deleted=True, kept_for_forks=tuple(forks))
     return SessionNotFoundError(
@@ -465,6 +465,17 @@ def live_forks(
     each); with ``made_by`` (a deleted parent's tombstone time), only those whose manifests the
     store stored at or before it (``made_before_delete``)."""
     return sorted(fork_points(ctx, uid, markers, made_by=made_by))
+
+
+def keeping_forks(ctx: StoreContext, manifest: Manifest, meta: Meta) -> list[str]:
+    """The live forks that keep a deleted session's events (and its id): those whose manifests the
+    store stored no later than its tombstone, as gc and a fork's read decide (``made_before_delete``).
+    A HEAD of the tombstone, a GET per marker."""
+    try:
+        deleted_at = ctx.backend.head(ctx.layout.tombstone_key(manifest.sid)).last_modified
+    except ObjectMissing:
+        return []  # not deleted (any more): nothing is kept for forks
+    return live_forks(ctx, manifest.uid, meta.forks, made_by=deleted_at)
 
 
 def fork_points(

@@ -259,10 +259,14 @@ def test_a_fork_planted_after_its_parents_delete_reads_and_keeps_nothing(marker:
     with pytest.raises(IntegrityError) as raised:
         store.context("f")
     assert raised.value.session_id == "f" and raised.value.seq is None
+    with pytest.raises(SessionNotFoundError) as gone:  # nor does it hold the deleted parent (or its id)
+        store.context("p")
+    assert gone.value.kept_for_forks == ()
     clock.tick(FENCE_HOLD + timedelta(minutes=1))
     report = store.gc(grace=timedelta(0))
-    assert not [info.key for info in memory.list("sessions/p/") if "/forks/" not in info.key]  # the deleted history is gone
-    assert report.sessions_removed >= 1
+    # the deleted parent is removed whole (its marker too); the planted manifest is all that is left
+    assert report.sessions_removed == 1
+    assert [info.key for info in memory.list("sessions/")] == ["sessions/f/manifest"]
 
 
 def test_a_fork_made_before_its_parents_delete_still_reads_and_keeps_it() -> None:
