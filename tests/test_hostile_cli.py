@@ -177,6 +177,29 @@ def test_replay_jsonl_writes_bidi_marks_as_json_escapes(bucket: Bucket) -> None:
     assert "[2] user: look\\x1b[2J" in text.stdout
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "chatcli"])
+def test_export_to_stdout_writes_control_characters_as_json_escapes(bucket: Bucket, tmp_path: Path, fmt: str) -> None:
+    bucket.store.open("s").append(msg(f"look{ESCAPES}here"))
+    result = clean(bucket.run("export", "s", "--format", fmt))
+    assert result.exit_code == 0 and "\\u202e" in result.stdout
+    to_file = clean(bucket.run("export", "s", "--format", fmt, "-o", str(tmp_path / "out")))
+    assert to_file.exit_code == 0 and "\u202e".encode() in (tmp_path / "out").read_bytes()  # a file: as written
+    if fmt == "jsonl":  # the same JSON values either way
+        assert [msgspec.json.decode(line) for line in result.stdout.splitlines()] == [
+            msgspec.json.decode(line) for line in (tmp_path / "out").read_bytes().splitlines()
+        ]
+    else:
+        assert msgspec.json.decode(result.stdout) == msgspec.json.decode((tmp_path / "out").read_bytes())
+
+
+def test_a_retry_note_shows_what_the_server_said_as_visible_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from evstore_cli._network import note_retry
+
+    note_retry(f"GET 'k': {ESCAPES} (HTTP 503); retrying in 0.1 s (attempt 2 of 3)")
+    err = capsys.readouterr().err
+    assert not RAW.search(err) and err.startswith("evstore: GET 'k': \\x1b[2J")
+
+
 def test_an_error_line_shows_what_it_quotes_as_visible_text(bucket: Bucket) -> None:
     error = CommandError(f"cannot read {ESCAPES}\nsecond line", 2)
     assert error.format_message() == "cannot read \\x1b[2J\\x1b]0;owned\\x07\\u202e second line"
