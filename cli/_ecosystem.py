@@ -33,7 +33,7 @@ from evstore._formats import (
 from evstore._html import render_html
 from evstore._ids import validate_session_id
 
-from ._common import Context, json_safe, say, say_json
+from ._common import CommandError, Context, exit_code_for, json_safe, say, say_json
 from ._output import event_lines, render_text, write_jsonl
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
@@ -225,12 +225,15 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
 
 def _export_html(store: Store, session: str, output: str, as_json: bool) -> None:
     """Verify, then render exactly the events the receipt covers (a writer appending
-    meanwhile cannot slip unverified events into the page)."""
-    verified = store.verify(session)
+    meanwhile cannot slip unverified events into the page). A session that fails
+    verification gets its page too, the verified part and the failure: written, then
+    the command fails with the integrity error (exit 5), naming where the page went."""
+    audited = store.audit(session)
+    verified, failure = audited.verified, audited.failure
     info = store.info(session)
     events = list(store.replay(session, end=verified.receipt.seq))
     generated = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    page = render_html(session, events, verified=verified, info=info, generated=generated).encode()
+    page = render_html(session, events, verified=verified, info=info, generated=generated, failure=failure).encode()
     try:
         with _open_output(output) as out:
             out.write(page)
@@ -238,8 +241,15 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
     except OSError as exc:
         raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
     if as_json:
-        say_json(
-            {"session": session, "events": len(events), "receipt": str(verified.receipt), "bytes": len(page), "output": output}
+        summary: dict[str, object] = {"session": session, "events": len(events), "receipt": str(verified.receipt)}
+        if failure is not None:
+            summary.update(verified=False, failure={"seq": failure.seq, "reason": failure.detail})
+        say_json({**summary, "bytes": len(page), "output": output})
+    if failure is not None:
+        where = "standard output" if output == "-" else repr(output)
+        part = f"the verified part (seq {events[0].seq} to {events[-1].seq})" if events else "no verified events"
+        raise CommandError(
+            f"{failure}; the report was written to {where}: {part}, then the failure", exit_code_for(failure)
         )
 
 

@@ -20,6 +20,7 @@ from evstore import (
     InvalidInputError,
     KeyRequiredError,
     Receipt,
+    SessionExistsError,
     SessionExpiredError,
     SessionNotFoundError,
 )
@@ -205,6 +206,9 @@ def _is_count(value: object) -> bool:
     "--jsonl", "as_jsonl", is_flag=True, help="One message per line (or replay --format jsonl lines), appended in order."
 )
 @click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@click.option(
+    "--new", "new", is_flag=True, help="Start a new session under SESSION (exit 4 if one lives): also over a deleted one."
+)
 @click.option("--expect-head", type=click.IntRange(min=0), help="Fail with exit 4 unless the session's head is this seq.")
 @click.option(
     "--idempotency-key",
@@ -220,16 +224,20 @@ def append(
     as_json: bool,
     as_jsonl: bool,
     ephemeral: bool,
+    new: bool,
     expect_head: int | None,
     idempotency_key: str | None,
 ) -> None:
-    """Append a message to SESSION (created if missing); print the seq it got.
+    """Append a message to SESSION (created if it never existed); print the seq it got.
 
-    The message is TEXT, or standard input when TEXT is absent. With --idempotency-key and
-    --jsonl, line N (from 0) is keyed KEY:N.
+    A SESSION that was deleted or has expired is refused (exit 3, 6): --new starts a new
+    session under a deleted one's id. The message is TEXT, or standard input when TEXT is
+    absent. With --idempotency-key and --jsonl, line N (from 0) is keyed KEY:N.
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
+    if new and expect_head is not None:
+        raise click.UsageError("--new and --expect-head exclude each other (--new starts an empty session)")
     if text is not None and as_jsonl:
         raise click.UsageError("--jsonl reads standard input: give no TEXT")
     evstore._ids.validate_session_id(session)
@@ -247,9 +255,11 @@ def append(
     for entry in entries:  # refuse oversized input before anything is written
         if isinstance(entry, Batch):
             evstore._codec.encode_body(evstore._codec.MessagesBody(entry.messages), store.max_event_bytes)
-    # with --expect-head N > 0 the session must exist already: never create one just to refuse it
-    create = expect_head is None or expect_head == 0
-    writer = store.open(session, create=create, retention="ephemeral" if ephemeral else "permanent")
+    retention: evstore.Retention = "ephemeral" if ephemeral else "permanent"
+    writer = _writer(store, session, retention, new=new, expect_head=expect_head, idempotency_key=idempotency_key)
+    if new and writer.head != writer.manifest.base:
+        # a retry of an --idempotency-key append (_writer): its first event lands on the empty session or not at all
+        expect_head = writer.manifest.base
     if ephemeral and writer.manifest.retention != "ephemeral":
         raise InvalidInputError(
             f"session {session!r} exists and is {writer.manifest.retention}: retention is fixed when a session is"
@@ -274,6 +284,50 @@ def append(
         if entry.seq is not None:
             new_seq[entry.seq] = seq
         say(seq)
+
+
+def _writer(
+    store: evstore.Store,
+    session: str,
+    retention: evstore.Retention,
+    *,
+    new: bool,
+    expect_head: int | None,
+    idempotency_key: str | None,
+) -> evstore.Session:
+    """``append``'s writer: a new session with ``new``; else the live session, or a new one for an id
+    never used (never for ``expect_head`` > 0: no session is created just to refuse it). A deleted
+    or expired session is refused, with what to do instead: an append never starts a new session
+    over one unasked."""
+    if new:
+        try:
+            return store.create(session, retention=retention)
+        except SessionExistsError:
+            if idempotency_key is None:
+                raise
+            return store.open(session)  # a retry whose create landed: the key tells whether the append did
+    try:
+        return store.open(session, create=not expect_head, retention=retention, recreate=False)
+    except SessionNotFoundError as error:
+        if not error.deleted or error.kept_for_forks:
+            raise
+        raise CommandError(
+            f"{error}: nothing was appended (start the new session with append --new, or evstore create {session})", 3
+        ) from None
+    except SessionExpiredError as error:
+        raise CommandError(
+            f"{error}: nothing was appended (once gc has removed them, the id can start a new session)", 6
+        ) from None
+
+
+@cli.command()
+@session_argument
+@click.option("--ephemeral", is_flag=True, help="Create the session as ephemeral (expires by lifecycle rules).")
+@pass_context
+def create(state: Context, session: str, ephemeral: bool) -> None:
+    """Start a new, empty SESSION (exit 4 if one lives); over a deleted one, a new session under its id."""
+    writer = state.store.create(session, retention="ephemeral" if ephemeral else "permanent")
+    say(f"created {session}: empty, its first event will be seq {writer.head + 1}")
 
 
 @cli.command()

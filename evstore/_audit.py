@@ -56,13 +56,14 @@ class VerifyResult(msgspec.Struct, frozen=True):
     superseded_by_rekey: bool = False
 
 
-def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None) -> VerifyResult:
+def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None, end: int | None = None) -> VerifyResult:
     """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt.
 
     With ``expect``, fail (``IntegrityError``) unless the log still extends
-    that receipt: its event at ``expect.seq`` has ``expect.hash``.
+    that receipt: its event at ``expect.seq`` has ``expect.hash``. With ``end``,
+    only the events up to that seq are checked (the receipt is of that part).
     """
-    loaded = _read.load(ctx, session_id)
+    loaded = _read.load(ctx, session_id, upto=end)
     head = Receipt(loaded.manifest.base, loaded.genesis)
     events = checked = unchecked = 0
     expected_found = expect is None
@@ -71,7 +72,7 @@ def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None)
             raise IntegrityError(session_id, None, "does not match the receipt of its empty log (history rewritten)")
         expected_found = True
     superseded = False
-    for manifest, raw in _read.lineage(ctx, loaded, 1, None):
+    for manifest, raw in _read.lineage(ctx, loaded, 1, end):
         events += 1
         if raw.envelope.kid is not None:
             if ctx.keyring.get(raw.envelope.kid) is None:
@@ -95,6 +96,31 @@ def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None)
         assert expect is not None
         raise IntegrityError(session_id, expect.seq, f"receipt names seq {expect.seq} but the log ends at {head.seq} (truncated)")
     return VerifyResult(session_id, head, events, checked, unchecked, expect, superseded)
+
+
+@dataclass(frozen=True)
+class Audit:
+    """What ``audit`` found: the verified part of the session and, if verification failed, where."""
+
+    #: The verified part: the whole session, or the events before the failure.
+    verified: VerifyResult
+    #: The first failure (at ``failure.seq``), or None: nothing from there on is verified.
+    failure: IntegrityError | None = None
+
+
+def audit(ctx: StoreContext, session_id: str) -> Audit:
+    """``verify``, and when it fails at a seq, the verified part before it (the events that
+    chain intact from the manifest): what an auditor's report shows. A failure that no
+    verified part precedes (the manifest, the ancestry) is raised."""
+    try:
+        return Audit(verify(ctx, session_id))
+    except IntegrityError as failure:
+        if failure.seq is None:
+            raise
+        try:
+            return Audit(verify(ctx, session_id, end=failure.seq - 1), failure)
+        except IntegrityError:
+            raise failure from None
 
 
 @dataclass(frozen=True)

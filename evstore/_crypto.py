@@ -252,13 +252,25 @@ def new_salt() -> bytes:
     return os.urandom(SALT_BYTES)
 
 
-def derive_session_key(master: bytes, salt: bytes, session_id: str) -> AESGCM:
+#: HKDF's ``info`` for a session key: part of the stored format (a change makes every sealed
+#: session unreadable; tests/test_known_answers.py pins it).
+SESSION_KEY_INFO = b"evstore/v1/session/"
+
+
+def session_key_bytes(master: bytes, salt: bytes, session_id: str) -> bytes:
+    """The session's 32-byte AES key: HKDF-SHA256(master, salt, ``SESSION_KEY_INFO`` + sid)."""
     from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=b"evstore/v1/session/" + session_id.encode())
-    return AESGCM(hkdf.derive(master))
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=salt, info=SESSION_KEY_INFO + session_id.encode()).derive(
+        master
+    )
+
+
+def derive_session_key(master: bytes, salt: bytes, session_id: str) -> AESGCM:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    return AESGCM(session_key_bytes(master, salt, session_id))
 
 
 def seal(key: AESGCM, plaintext: bytes, aad: bytes) -> bytes:

@@ -42,7 +42,7 @@ CHECKS = ("store URL", "credentials", "bucket", "conditional create", "keys", "l
 PROBE_PREFIX = ".evstore-doctor-"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _REJECTED_CREDENTIALS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"})
-_COMPATIBLE = "AWS S3, MinIO (2024 or later), Ceph RGW and moto 5 honour it; see the README's Compatibility table"
+_COMPATIBLE = "AWS S3, MinIO (2024 or later), Ceph RGW and moto 5 honour it; see the Compatibility table in docs/compatibility.md"
 
 
 class Check(msgspec.Struct, frozen=True):

@@ -59,9 +59,15 @@ class KeyRequiredError(InvalidInputError):
 class SessionNotFoundError(EvstoreError):
     """The session does not exist, or was deleted."""
 
-    def __init__(self, session_id: str, detail: str = "not found") -> None:
+    def __init__(
+        self, session_id: str, detail: str = "not found", *, deleted: bool = False, kept_for_forks: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"session {session_id!r} {detail}")
         self.session_id = session_id
+        #: The session was deleted (its id had a live session), rather than never created.
+        self.deleted = deleted
+        #: The live forks that read a deleted session's events: its id stays taken while they live.
+        self.kept_for_forks = kept_for_forks
 
 
 class WriteConflictError(EvstoreError):
@@ -86,11 +92,15 @@ class SessionExistsError(WriteConflictError):
 class IntegrityError(EvstoreError):
     """A stored object is not what the log says it must be."""
 
-    def __init__(self, session_id: str, seq: int | None, detail: str) -> None:
+    def __init__(self, session_id: str, seq: int | None, detail: str, *, broken_link: bool = False) -> None:
         where = f"seq {seq} of session {session_id!r}" if seq is not None else f"session {session_id!r}"
         super().__init__(f"integrity failure at {where}: {detail}")
         self.session_id = session_id
         self.seq = seq
+        #: What is wrong, without where.
+        self.detail = detail
+        #: The event at ``seq`` does not chain to the event before it: either of the two may have been altered.
+        self.broken_link = broken_link
 
 
 class SessionExpiredError(EvstoreError):

@@ -67,7 +67,7 @@ def fork_manifest(
     if ctx.has_object(layout.tombstone_key(source)):
         # a delete of the parent raced us and did not see the marker: back out
         ctx.backend.delete_many([layout.manifest_key(target), marker])
-        raise SessionNotFoundError(source, "was deleted")
+        raise SessionNotFoundError(source, "was deleted", deleted=True)
     return manifest
 
 
@@ -90,7 +90,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     manifest = loaded.manifest
     head = find_head(ctx, loaded)
     if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
-        raise SessionNotFoundError(session_id, "was deleted")
+        raise SessionNotFoundError(session_id, "was deleted", deleted=True)
     now = ctx.clock()
     tombstone = encode_json(Tombstone(session_id, manifest.uid, format_ts(now)))
     tags = ctx.tags_for(manifest.retention)
@@ -100,7 +100,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
             ctx.create_once(key, tombstone, tags)
         except ObjectExists:
             if tombstoned(ctx, manifest, msgspec.structs.replace(loaded.meta, tombstone=True)):
-                raise SessionNotFoundError(session_id, "was deleted") from None
+                raise SessionNotFoundError(session_id, "was deleted", deleted=True) from None
             ctx.backend.delete_many([key])  # an earlier incarnation's, left behind by the create of this one
             ctx.create_once(key, tombstone, tags)
     seq = head + 1

@@ -3,10 +3,15 @@
 The page needs nothing but itself: no network (a Content-Security-Policy of
 ``default-src 'none'`` forbids every fetch), no scripts (there are none), inline
 CSS only. It shows the transcript in seq order (the audit view): each message's
-role, content, tool calls and tool results; messages a rewind withdrew from the
-context view marked *withdrawn* with the rewind that did it; summaries marked
-with what they stand for; events a fork inherits marked with the ancestor whose
-log holds them; and the verification result with its receipt.
+role, content, tool calls and tool results; tool calls no tool result answers
+marked *dangling*; messages a rewind withdrew from the context view marked
+*withdrawn* with the rewind that did it; summaries marked with what they stand
+for; events a fork inherits marked with the ancestor whose log holds them; the
+session's forks; and the verification result with its receipt.
+
+A session that fails verification gets its page too: the verified part (the
+events before the failure, with their receipt), then the failure, its seq and
+reason, where it occurs and in the header; nothing from there on is shown.
 
 Every stored string (content, roles, tool names and ids, session ids, meta) is
 HTML-escaped, and control characters are shown as visible ``\\xNN`` escapes, so
@@ -22,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ._codec import Message, RewindBody
-from ._views import ContextFolder, Event, Position, is_summary
+from ._views import ContextFolder, Event, Position, dangling_tool_calls, is_summary
 
 if TYPE_CHECKING:
-    from . import SessionInfo, VerifyResult
+    from . import IntegrityError, SessionInfo, VerifyResult
 
 __all__ = ["render_html"]
 
@@ -51,9 +56,19 @@ li.event.inherited{border-left-color:#8a6fd1;background:#f7f4fd}
 .badge.withdrawn-label{background:#d9534f;color:#fff;opacity:1}.badge.summary-label{background:#2e7dd7;color:#fff}
 .badge.inherited-label{background:#8a6fd1;color:#fff}
 .rewind{font-style:italic;color:#a33}
+.failed-label{color:#b52a25;font-weight:700}
+li.break{border:2px solid #d9534f;border-left-width:6px;background:#fdeaea;margin:1.2rem 0;padding:.6rem 1rem}
+li.break h3{margin:0 0 .3rem;color:#b52a25}
+.badge.dangling-label{background:#e08a00;color:#fff}.badge.in-question-label{background:#d9534f;color:#fff}
+li.in-question{border-left-color:#d9534f}
 ul.tool-calls{margin:.2rem 0;padding-left:1.2rem}
 details pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#fafafa;padding:.4rem}
 """
+
+
+def count(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 message``, ``2 messages``: a number with its noun in the right form."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
 def _neutral(text: str) -> str:
@@ -110,7 +125,7 @@ def _content(message: Message) -> str:
     return esc(content)
 
 
-def _tool_calls(message: Message) -> str:
+def _tool_calls(message: Message, dangling: set[str]) -> str:
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls:
         return ""
@@ -119,9 +134,12 @@ def _tool_calls(message: Message) -> str:
         function = call.get("function") if isinstance(call, dict) else None
         function = function if isinstance(function, dict) else {}
         call_id = call.get("id") if isinstance(call, dict) else None
+        unanswered = call_id in dangling
+        flag = ' <span class="badge dangling-label">dangling: no tool result answers this call</span>' if unanswered else ""
         items.append(
-            f'<li class="tool-call">tool call <code class="tool-name">{esc(function.get("name", "?"))}</code>'
-            f"(<code>{esc(function.get('arguments', ''))}</code>) id <code>{esc(call_id or '?')}</code></li>"
+            f'<li class="tool-call{" dangling" if unanswered else ""}">tool call'
+            f' <code class="tool-name">{esc(function.get("name", "?"))}</code>'
+            f"(<code>{esc(function.get('arguments', ''))}</code>) id <code>{esc(call_id or '?')}</code>{flag}</li>"
         )
     return f'<ul class="tool-calls">{"".join(items)}</ul>'
 
@@ -129,7 +147,7 @@ def _tool_calls(message: Message) -> str:
 def _summary_note(message: Message) -> str:
     covered = message["meta"].get("summary_of")
     if isinstance(covered, int) and not isinstance(covered, bool) and covered > 0:
-        return f"summary: stands for the {covered} messages before it"
+        return f"summary: stands for the {'message' if covered == 1 else f'{covered} messages'} before it"
     return "summary: stands for every message before it"
 
 
@@ -147,7 +165,7 @@ def _withdrawals(events: list[Event]) -> dict[Position, int]:
     return withdrawn
 
 
-def _message(message: Message, position: Position, withdrawn_by: int | None) -> str:
+def _message(message: Message, position: Position, withdrawn_by: int | None, dangling: set[str]) -> str:
     role = str(message.get("role", "?"))
     classes = ["message", f"role-{role if role in ('user', 'assistant', 'system', 'tool') else 'other'}"]
     badges = []
@@ -163,7 +181,7 @@ def _message(message: Message, position: Position, withdrawn_by: int | None) -> 
     return (
         f'<article class="{" ".join(classes)}" data-seq="{position.seq}" data-index="{position.index}">'
         f'<div class="message-head"><span class="role">{esc(role)}</span>{result_of}{"".join(badges)}</div>'
-        f'<div class="content">{_content(message)}</div>{_tool_calls(message)}'
+        f'<div class="content">{_content(message)}</div>{_tool_calls(message, dangling)}'
         f"<details><summary>stored message</summary><pre>{esc(_pretty(message))}</pre></details></article>"
     )
 
@@ -175,29 +193,43 @@ def _pretty(message: Message) -> str:
         return repr(message)
 
 
-def _event(event: Event, session_id: str, withdrawn: dict[Position, int]) -> str:
+def _event(event: Event, session_id: str, withdrawn: dict[Position, int], dangling: set[str], in_question: str) -> str:
     inherited = event.session_id != session_id
     head = f"seq {event.seq} · {esc(event.ts)}"
     if inherited:
         head += f' <span class="badge inherited-label">inherited from {esc(event.session_id)}</span>'
+    if in_question:
+        head += f' <span class="badge in-question-label">{in_question}</span>'
     if isinstance(event.body, RewindBody):
         rewind = event.body
         keep = f", keeping {rewind.keep} of its messages" if rewind.keep is not None else ""
-        count = sum(1 for by in withdrawn.values() if by == event.seq)
+        number = sum(1 for by in withdrawn.values() if by == event.seq)
         inner = (
-            f'<p class="rewind">rewind to seq {rewind.to_seq}{keep}: withdrew {count} messages from the context view'
-            " (the audit view keeps them)</p>"
+            f'<p class="rewind">rewind to seq {rewind.to_seq}{keep}: withdrew {count(number, "message")} from the context'
+            f" view (the audit view keeps {'it' if number == 1 else 'them'})</p>"
         )
     else:
         inner = "".join(
-            _message(message, Position(event.seq, i), withdrawn.get(Position(event.seq, i)))
+            _message(message, Position(event.seq, i), withdrawn.get(Position(event.seq, i)), dangling)
             for i, message in enumerate(event.messages)
         )
-    cls = "event inherited" if inherited else "event"
+    cls = "event" + (" inherited" if inherited else "") + (" in-question" if in_question else "")
     return (
         f'<li class="{cls}" id="seq-{event.seq}" data-session="{esc(event.session_id)}">'
         f'<div class="event-head">{head}</div>{inner}</li>'
     )
+
+
+def _failure_text(failure: IntegrityError) -> str:
+    """The failure where it occurs: its seq and reason, and what is therefore not shown."""
+    seq = failure.seq
+    text = f"Verification fails at seq {seq}: {esc(failure.detail)}. Nothing from seq {seq} on is shown: it is not verified."
+    if failure.broken_link and seq is not None and seq > 1:
+        text += (
+            f" Seq {seq} does not chain to seq {seq - 1} as stored: either of the two may have been altered (a receipt"
+            f" issued before for seq {seq - 1} or later tells which: evstore verify --expect SEQ:HASH)."
+        )
+    return text
 
 
 def render_html(
@@ -207,42 +239,92 @@ def render_html(
     verified: VerifyResult,
     info: SessionInfo | None = None,
     generated: str | None = None,
+    failure: IntegrityError | None = None,
 ) -> str:
     """The page for ``session_id``: ``events`` is its audit view (``Store.replay``),
     ``verified`` the ``VerifyResult`` of ``Store.verify`` for the same session, ``info``
-    its ``SessionInfo`` (optional), ``generated`` when the page was made (shown as given)."""
+    its ``SessionInfo`` (optional), ``generated`` when the page was made (shown as given).
+
+    ``failure``: verification failed there (``Store.audit``): ``verified`` and ``events``
+    are then the verified part before it, and the page shows the failure after them."""
     timeline = list(events)
     withdrawn = _withdrawals(timeline)
+    dangling = dangling_tool_calls([message for event in timeline for message in event.messages])
+    in_question, question_seq = "", None
+    if failure is not None and failure.broken_link and failure.seq is not None:
+        in_question = f"in question: seq {failure.seq} does not chain to this event as stored"
+        question_seq = failure.seq - 1
     rows = []
+    if failure is not None:
+        rows.append(("verification", f'<span class="failed-label">FAILED at seq {failure.seq}</span>: {esc(failure.detail)}'))
+    else:
+        rows.append(("verification", f"chain intact, {count(verified.events, 'event')}"))
     if info is not None:
-        rows.append(("head", str(info.head)))
+        unshown = f" (from seq {failure.seq} on not verified, not shown)" if failure is not None else ""
+        rows.append(("head", f"{info.head}{unshown}"))
         rows.append(("created", esc(info.created)))
         rows.append(("retention", esc(info.retention)))
         rows.append(("encryption", f"sealed under key id <code>{esc(info.key_id)}</code>" if info.key_id else "plaintext"))
         if info.parent is not None:
             rows.append(("fork of", f"<code>{esc(info.parent.sid)}</code> at seq {info.parent.seq}"))
-    messages = sum(len(e.messages) for e in timeline)
-    rows.append(("messages", f"{messages} in {len(timeline)} events; {len(withdrawn)} withdrawn"))
+        if info.forks:
+            forks = ", ".join(
+                f'<span class="fork"><code>{esc(fork)}</code> at seq {info.fork_seqs[fork]}</span>'
+                if fork in info.fork_seqs
+                else f'<span class="fork"><code>{esc(fork)}</code></span>'
+                for fork in info.forks
+            )
+            rows.append(("forks", f'<span id="forks">{forks}</span>'))
+    messages = count(sum(len(e.messages) for e in timeline), "message")
+    shown = " (the verified part)" if failure is not None else ""
+    rows.append(("messages", f"{messages} in {count(len(timeline), 'event')}{shown}; {len(withdrawn)} withdrawn"))
+    if dangling:
+        ids = ", ".join(f"<code>{esc(call_id)}</code>" for call_id in sorted(dangling))
+        unanswered = f"{count(len(dangling), 'call')} that no tool result answers: {ids}"
+        rows.append(("dangling tool calls", f'<span id="dangling">{unanswered}</span>'))
     if generated:
         rows.append(("page made", esc(generated)))
-    checked = f", {verified.sealed_checked} tags checked" if verified.sealed_checked else ""
-    unchecked = f", {verified.sealed_unchecked} sealed events not checked (no key)" if verified.sealed_unchecked else ""
+    checked = f", {count(verified.sealed_checked, 'tag')} checked" if verified.sealed_checked else ""
+    unchecked = (
+        f", {count(verified.sealed_unchecked, 'sealed event')} not checked (no key)" if verified.sealed_unchecked else ""
+    )
     receipt = esc(str(verified.receipt))
+    if failure is None:
+        verification = [
+            '<section class="verification ok" id="verification"><h2>Verification</h2>',
+            f"<p>verified: {count(verified.events, 'event')}, chain intact{checked}{unchecked}</p>",
+            f'<p>receipt: <code id="receipt">{receipt}</code></p></section>',
+        ]
+        breaks = ""
+    else:
+        upto = f"seq {timeline[0].seq} to {timeline[-1].seq}" if timeline else "no events"
+        verification = [
+            '<section class="verification failed" id="verification"><h2>Verification failed</h2>',
+            f'<p class="failure">{_failure_text(failure)}</p>',
+            f"<p>verified part: {upto} ({count(verified.events, 'event')}), chain intact{checked}{unchecked}</p>",
+            f'<p>receipt of the verified part: <code id="receipt">{receipt}</code></p></section>',
+        ]
+        breaks = (
+            f'<li class="break" id="break" data-seq="{failure.seq}"><h3>Verification fails here, at seq {failure.seq}</h3>'
+            f'<p class="failure">{_failure_text(failure)}</p></li>'
+        )
     title = f"evstore session {esc(session_id)}"
     return "".join(
         [
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{title}</title><style>{_STYLE}</style></head><body>",
             f"<header><h1>Session <code>{esc(session_id)}</code></h1><dl>",
             "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows),
             "</dl></header>",
-            '<section class="verification ok" id="verification"><h2>Verification</h2>',
-            f"<p>verified: {verified.events} events, chain intact{checked}{unchecked}</p>",
-            f'<p>receipt: <code id="receipt">{receipt}</code></p></section>',
+            *verification,
             '<section id="transcript"><h2>Transcript</h2><ol class="events">',
-            "".join(_event(event, session_id, withdrawn) for event in timeline),
+            "".join(
+                _event(event, session_id, withdrawn, dangling, in_question if event.seq == question_seq else "")
+                for event in timeline
+            ),
+            breaks,
             "</ol></section></body></html>\n",
         ]
     )

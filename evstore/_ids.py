@@ -62,6 +62,34 @@ def parse_seq(name: str) -> int | None:
     return None
 
 
+#: What ``seq_after`` appends to a seq's name: it sorts after every ASCII character (``~`` and all).
+_PAST_ASCII = "\x7f"
+
+
+def seq_after(name: str) -> str | None:
+    """For a session-relative ``name`` that is no seq: a start-after key for a LIST that goes on
+    from the first name after it that can be a seq (every name it skips can be none); None when
+    no seq sorts after ``name`` (it starts with a letter, or past every seq's digits).
+
+    The names between seqs ``s`` and ``s + 1`` are ``s`` followed by more characters: the key is
+    ``s`` and DEL (U+007F), past those whose next character is ASCII (``<s>~1``, ``<s>.tmp``), so
+    one LIST jumps over any number of them. The key is never before ``name``: a listing that pages
+    on from it always makes progress, and pages over names past DEL a page at a time. Pure.
+    """
+    digits = len(name) - len(name.lstrip("0123456789"))
+    if digits >= SEQ_WIDTH:  # a seq and more characters: the next seq is the one after it
+        following = int(name[:SEQ_WIDTH]) + 1
+    elif digits == len(name) or name[digits] < "0":  # digits, then nothing or a character before "0"
+        following = int(name[:digits] + "0" * (SEQ_WIDTH - digits))
+    elif digits == 0 or name[:digits] == "9" * digits:  # a character after "9": no seq starts so
+        return None
+    else:
+        following = (int(name[:digits]) + 1) * 10 ** (SEQ_WIDTH - digits)
+    if following > MAX_SEQ:
+        return None
+    return name if following == 0 else max(name, format_seq(following - 1) + _PAST_ASCII)
+
+
 class Layout:
     """Names the objects of one store root (the prefix inside the bucket)."""
 

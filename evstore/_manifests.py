@@ -27,6 +27,7 @@ from ._read import (
     find_head,
     first_name,
     first_own_seq,
+    held_by_forks,
     is_fence,
     live_forks,
     read_meta,
@@ -74,8 +75,8 @@ def claim(ctx: StoreContext, session_id: str) -> tuple[int, str | None]:
     meta = read_meta(ctx, session_id)
     if not tombstoned(ctx, manifest, meta):
         raise SessionExistsError(session_id)
-    if live_forks(ctx, manifest.uid, meta.forks):
-        raise SessionExistsError(session_id, "was deleted, but its forks read its events: the id is taken until gc")
+    if forks := live_forks(ctx, manifest.uid, meta.forks):
+        raise SessionExistsError(session_id, held_by_forks(forks))
     head = find_head(ctx, Loaded(manifest, sha256_hex(stored.data), meta))
     if head < first_own_seq(manifest) or not is_fence(ctx, session_id, manifest.uid, head):
         raise SessionExistsError(session_id, "was deleted but not fenced (an interrupted delete): run delete again")

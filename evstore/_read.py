@@ -9,7 +9,8 @@ Requests (N = events, S = segments):
 * find the head: one LIST from the newest segment (or seq 1) while fewer than
   1,000 events follow it (64 in a session with segments, two LISTs to 1,063:
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
-  O(log N) in the worst case.
+  O(log N) in the worst case. Names among the events that are no seqs cost at most a LIST
+  page per 1,000 of them, and a run of ``<seq>~...`` names one page (``_ids.seq_after``).
 * replay: load, one GET per segment and one per group of up to 8 segments and
   32 MiB (the loose event that vouches for the group), 2 * concurrency GETs and
   two groups' bytes in flight,
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -69,6 +71,7 @@ from ._ids import (
     parse_fork_marker,
     parse_segment,
     parse_seq,
+    seq_after,
     validate_seq,
     validate_session_id,
 )
@@ -120,6 +123,8 @@ class SessionInfo(msgspec.Struct, frozen=True):
     parent: ForkRef | None
     forks: list[str] = msgspec.field(default_factory=list)
     segments: int = 0
+    #: Each fork in ``forks`` and the seq it was forked at.
+    fork_seqs: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def encrypted(self) -> bool:
@@ -225,6 +230,8 @@ def _meta(ctx: StoreContext, session_id: str, objects: list[ObjectInfo]) -> Meta
         elif name.startswith("rekeys/"):
             rekeyed = True
         elif (segment := parse_segment(name)) is not None:
+            if not info.size:
+                continue  # empty: no segment (it holds at least one event), and not worth a GET
             segments[segment] = info.size
             (young if name.startswith(YOUNG) else plain).add(segment)
         elif (fork := parse_fork_marker(name)) is not None:
@@ -279,7 +286,7 @@ def gone(ctx: StoreContext, session_id: str) -> SessionNotFoundError | SessionEx
     if first is not None and parse_seq(first) is not None:
         return SessionExpiredError(session_id, "its manifest is gone but events remain")
     if first == "tombstone":
-        return SessionNotFoundError(session_id, "was deleted")
+        return SessionNotFoundError(session_id, "was deleted", deleted=True)
     return SessionNotFoundError(session_id)
 
 
@@ -306,13 +313,45 @@ def load(
     if meta.tombstone and not tombstoned(ctx, manifest, meta):
         meta = msgspec.structs.replace(meta, tombstone=False)  # an earlier incarnation's, left behind
     if meta.tombstone and not deleted_ok:
-        # deleted, but its objects remain (forks still read them, or gc has not run yet)
-        raise SessionNotFoundError(
-            session_id,
-            f"was deleted; gc removes its objects {FENCE_HOLD.total_seconds() / 60:.0f} minutes on (not while forks "
-            "need them), and creating it again starts a new session",
-        )
+        raise deleted(ctx, manifest, meta)
     return Loaded(manifest, genesis, meta)
+
+
+def held_by_forks(forks: list[str]) -> str:
+    """Why the id of a deleted session that live forks read cannot start a new session: the one
+    explanation every path gives (reads and appends as ``SessionNotFoundError``, creates as
+    ``SessionExistsError``)."""
+    return (
+        f"was deleted, but its forks ({', '.join(forks)[:200]}) read its events: its objects are kept, and the id"
+        " stays taken until those forks are deleted and gc has removed them"
+    )
+
+
+def deleted(ctx: StoreContext, manifest: Manifest, meta: Meta) -> SessionNotFoundError:
+    """The error for a deleted session whose objects remain: kept for live forks (a GET per
+    fork marker), or until gc removes them."""
+    forks = live_forks(ctx, manifest.uid, meta.forks)
+    if forks:
+        return SessionNotFoundError(manifest.sid, held_by_forks(forks), deleted=True, kept_for_forks=tuple(forks))
+    return SessionNotFoundError(
+        manifest.sid,
+        f"was deleted; gc removes its objects {FENCE_HOLD.total_seconds() / 60:.0f} minutes on, and creating it again"
+        " starts a new session",
+        deleted=True,
+    )
+
+
+def _list_on(prefix: str, page: ListPage) -> str | None:
+    """Where the LIST after a truncated ``page`` of a session's names starts: after its last
+    key, or past the names after it that cannot be seqs when that key is none (``seq_after``:
+    planted junk costs no page it can jump over); None when no event can follow. Pure."""
+    if not page.objects:
+        return page.next_start_after
+    name = page.objects[-1].key[len(prefix) :]
+    if parse_seq(name) is not None:
+        return page.next_start_after
+    after = seq_after(name)
+    return None if after is None else max(prefix + after, page.next_start_after)
 
 
 def _event_names(
@@ -323,11 +362,13 @@ def _event_names(
 
     Names that are not seqs (junk, a planted ``-`` or ``…01~``) are skipped, never
     taken for the end of the events: the listing ends only where names sort after
-    every possible seq (the manifest, segments, markers).
+    every possible seq (the manifest, segments, markers). A page that ends in junk is
+    followed by one that starts past it (``_list_on``): planted names cost a LIST page
+    per 1,000 at most, and none for a run of ``<seq>~…`` names the next page jumps over.
     """
     prefix = ctx.layout.session_prefix(session_id)
-    start = ctx.layout.event_key(session_id, after) if after else ""
-    page = first_page if first_page is not None else ctx.backend.list_page(prefix, start_after=start)
+    first = ctx.layout.event_key(session_id, after)  # seq 0 is never an event
+    page = first_page if first_page is not None else ctx.backend.list_page(prefix, start_after=first)
     while True:
         for info in page.objects:
             name = info.key[len(prefix) :]
@@ -336,29 +377,32 @@ def _event_names(
                 yield seq, info
             elif name > _LAST_SEQ_NAME:
                 return
-        if not page.truncated:
+        start = _list_on(prefix, page) if page.truncated else None
+        if start is None:
             return
-        page = ctx.backend.list_page(prefix, start_after=page.next_start_after)
+        page = ctx.backend.list_page(prefix, start_after=start)
 
 
 def _tail_page(ctx: StoreContext, session_id: str, after: int, *, short: bool = False) -> tuple[list[int], bool]:
-    """Seqs listed after seq ``after``, and whether more events may follow: one LIST page of
-    1,000 keys or, ``short``, a page of ``_TAIL_FIRST_PAGE`` keys and, when names up to the
-    events' end fill it, a second of 1,000. Either way the seqs are all those that follow,
-    or at least the next 1,000."""
+    """Seqs listed after seq ``after``, and whether more events may follow (the last page
+    ended in an event name): one LIST page of 1,000 keys or, ``short``, a page of
+    ``_TAIL_FIRST_PAGE`` keys and, when names up to the events' end fill it, a second of
+    1,000; and while a page ends in names that are no seqs, the next page from past them
+    (``_list_on``: planted junk costs at most a page per 1,000 names, never the head)."""
     prefix = ctx.layout.session_prefix(session_id)
-    start = ctx.layout.event_key(session_id, after) if after else ""
+    start: str | None = ctx.layout.event_key(session_id, after)  # seq 0 is never an event
     seqs: list[int] = []
-    more = False
-    for max_keys in (_TAIL_FIRST_PAGE, 1000) if short else (1000,):
-        page = ctx.backend.list_page(prefix, start_after=start, max_keys=max_keys)
+    sizes = [_TAIL_FIRST_PAGE, 1000] if short else [1000]
+    while start is not None:
+        page = ctx.backend.list_page(prefix, start_after=start, max_keys=sizes.pop(0) if sizes else 1000)
         names = [o.key[len(prefix) :] for o in page.objects]
         seqs += [s for name in names if (s := parse_seq(name)) is not None]
-        more = page.truncated and bool(names) and names[-1] <= _LAST_SEQ_NAME
-        if not more:
-            break
-        start = page.next_start_after
-    return seqs, more
+        if not (page.truncated and names and names[-1] <= _LAST_SEQ_NAME):
+            break  # the events end in this page
+        if not sizes and parse_seq(names[-1]) is not None:
+            return seqs, True
+        start = _list_on(prefix, page)
+    return seqs, False
 
 
 def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
@@ -371,7 +415,8 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
     (in a session with segments, whose names follow the events, the first page is
     short: two LISTs when 64 to 1,063 events follow, see ``_tail_page``); otherwise
     HEAD probes gallop up from the end of those pages (doubling the step) and then
-    bisect, until 1,000 events remain for a final LIST.
+    bisect, until 1,000 events remain for a final LIST. Names among the events that are
+    no seqs are skipped, never taken for the end of them (``_tail_page``, ``_event_names``).
     Raises ``SessionExpiredError`` when the session's first own event is gone.
     """
     session_id = loaded.manifest.sid
@@ -404,21 +449,27 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
             low = middle
         else:
             high = middle
-    seqs, _ = _tail_page(ctx, session_id, low)
-    return seqs[-1] if seqs else low
+    # fewer than 1,000 events follow ``low``: list them to their end, past any junk among them
+    return max((seq for seq, _ in _event_names(ctx, session_id, low)), default=low)
 
 
 def live_forks(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
     """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET each)."""
-    live = []
+    return sorted(fork_points(ctx, uid, markers))
+
+
+def fork_points(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> dict[str, int]:
+    """``live_forks``, each with its fork seq (as its manifest records it)."""
+    live = {}
     for child, child_uid in markers:
         try:
             found = read_manifest(ctx, validate_session_id(child))
         except (InvalidInputError, IntegrityError):
             continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
-        if found is not None and found[0].uid == child_uid and found[0].parent is not None and found[0].parent.uid == uid:
-            live.append(child)
-    return sorted(live)
+        parent = found[0].parent if found is not None else None
+        if found is not None and found[0].uid == child_uid and parent is not None and parent.uid == uid:
+            live[child] = parent.seq
+    return live
 
 
 # ---- keys, decoding and opening ------------------------------------------------
@@ -469,7 +520,7 @@ def decode_at(ctx: StoreContext, manifest: Manifest, seq: int, data: bytes) -> R
     except IntegrityError:
         fence = fence_of(data)
         if fence is not None and fence.uid == manifest.uid and ctx.has_object(ctx.layout.tombstone_key(manifest.sid)):
-            raise SessionNotFoundError(manifest.sid, "was deleted") from None
+            raise SessionNotFoundError(manifest.sid, "was deleted", deleted=True) from None
         raise
 
 
@@ -752,6 +803,40 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
         yield from batch
 
 
+def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, int]]:
+    """The segments (first, last) to read from seq ``cursor`` to ``end``, chosen greedily: at
+    each seq, the segment that covers it and reaches furthest (of two that reach as far, the
+    shorter) among those worth their GET — at least half of their events wanted (a short or late
+    range reads its few loose events). Pure.
+
+    One pass over ``segments`` in order of first seq, and a heap of those that start by the seq
+    reached: a segment that no longer covers it, or is no longer worth its GET, never is again
+    (the seq only grows), so each segment is pushed and popped once: O(S log S) for S listed
+    segments, whatever names were planted.
+    """
+    ordered = sorted(segments)
+    ready: list[tuple[int, int]] = []  # (-last, -first): the furthest-reaching on top
+    chain: list[tuple[int, int]] = []
+    index = 0
+    reach = cursor
+    while end is None or reach <= end:
+        while index < len(ordered) and ordered[index][0] <= reach:
+            first, last = ordered[index]
+            heapq.heappush(ready, (-last, -first))
+            index += 1
+        while ready:
+            last, first = -ready[0][0], -ready[0][1]
+            if last >= reach and 2 * (min(last, last if end is None else end) - reach + 1) >= last - first + 1:
+                break
+            heapq.heappop(ready)  # it can never be chosen: drop it
+        else:
+            break
+        heapq.heappop(ready)
+        chain.append((first, last))
+        reach = last + 1
+    return chain
+
+
 def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[list[RawEvent]]:
     """The session's own events in [start, end], in order: a checked segment's events in lists
     of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
@@ -768,22 +853,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    # Greedy: at each seq, the segment that reaches furthest among those worth their GET —
-    # at least half of their events wanted (a short or late range reads its few loose events).
-    chain: list[tuple[int, int]] = []
-    while True:
-        reach = chain[-1][1] + 1 if chain else cursor
-        if end is not None and reach > end:
-            break
-        worth = [
-            (last, first)
-            for first, last in loaded.meta.segments
-            if first <= reach <= last and 2 * (min(last, end if end is not None else last) - reach + 1) >= last - first + 1
-        ]
-        if not worth:
-            break
-        last, first = max(worth)
-        chain.append((first, last))
+    chain = segment_chain(loaded.meta.segments, cursor, end)
     def size_of(segment: tuple[int, int]) -> int:
         return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
 
@@ -937,7 +1007,9 @@ def lineage_batches(
             envelope = raw.envelope
             failure = None
             if prev is not None and envelope.prev != prev and not same_event(ctx, manifest, envelope.prev, prev):
-                failure = IntegrityError(raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)")
+                failure = IntegrityError(
+                    raw.session_id, raw.seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+                )
             elif envelope.body is None:  # sealed (an envelope carries exactly one of body and sealed)
                 sealed_before = True
             elif encrypted or sealed_before:
@@ -1014,7 +1086,7 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
     loaded = load(ctx, session_id, every=True)  # every segment, to count them
     head = find_head(ctx, loaded)
     manifest = loaded.manifest
-    forks = live_forks(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
+    forks = fork_points(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
     key_id = manifest.kid
     if loaded.meta.rekeyed and (rekeys := records(ctx, manifest)):
         key_id = max(rekeys, key=lambda r: r.at).kid  # the key the newest rekey sealed under
@@ -1026,8 +1098,9 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
         head,
         key_id,
         manifest.parent,
-        sorted(set(forks)),
+        sorted(forks),
         len(loaded.meta.segments),
+        dict(sorted(forks.items())),
     )
 
 
@@ -1080,11 +1153,12 @@ def follow(
     last = after
     prev_hash = after_hash
     pool = ctx.executor()
+    start: str | None = layout.event_key(session_id, last)  # seq 0 is never an event
     while not should_stop():
-        page = ctx.backend.list_page(prefix, start_after=layout.event_key(session_id, last) if last else "")
+        page = ctx.backend.list_page(prefix, start_after=start or layout.event_key(session_id, last))
         names = [info.key[len(prefix) :] for info in page.objects]
         if "tombstone" in names:
-            raise SessionNotFoundError(session_id, "was deleted")  # before reading what may be its fence
+            raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
         seqs = [seq for seq in map(parse_seq, names) if seq is not None]
         fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
         for seq, data in zip(seqs, fetched, strict=True):
@@ -1092,12 +1166,17 @@ def follow(
                 raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
             raw = decode_at(ctx, manifest, seq, data)
             if prev_hash is not None and raw.envelope.prev != prev_hash:
-                raise IntegrityError(session_id, seq, "prev hash does not match the previous event (chain broken)")
+                raise IntegrityError(
+                    session_id, seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+                )
             yield to_event(ctx, manifest, raw)
             last, prev_hash = seq, raw.hash
             if should_stop():
                 return
         if not page.truncated and "manifest" not in names:
-            raise SessionNotFoundError(session_id, "was deleted")
-        if not (page.truncated and len(seqs) == len(names)):
+            raise SessionNotFoundError(session_id, "was deleted", deleted=True)
+        start = None  # the next poll lists from the last event, unless this page ended among the events:
+        if page.truncated and names and names[-1] <= _LAST_SEQ_NAME:
+            start = _list_on(prefix, page)  # then at once from past it, and past any junk it ended in
+        if start is None:
             sleep(interval)

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import _audit, _forks, _read, _retention, _write
-from ._audit import RekeyResult, ShredResult, VerifyResult
+from ._audit import Audit, RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
@@ -154,9 +154,13 @@ class Store:
         """Create a new, empty session; ``SessionExistsError`` if the id is taken."""
         return _write.create(self.shared, session_id, retention=retention)
 
-    def open(self, session_id: str, *, create: bool = False, retention: Retention = "permanent") -> Session:
-        """A writer for the session, at its current head. With ``create``, a missing session is created."""
-        return _write.open_session(self.shared, session_id, create_missing=create, retention=retention)
+    def open(
+        self, session_id: str, *, create: bool = False, retention: Retention = "permanent", recreate: bool = True
+    ) -> Session:
+        """A writer for the session, at its current head. With ``create``, a missing session is
+        created, and a deleted one too (a new session under its id) unless ``recreate`` is False:
+        then it raises ``SessionNotFoundError`` with ``deleted`` set."""
+        return _write.open_session(self.shared, session_id, create_missing=create, retention=retention, recreate=recreate)
 
     def resume(
         self, session_id: str, *, create: bool = False, retention: Retention = "permanent", repair: Repair = "error"
@@ -191,6 +195,11 @@ class Store:
     def verify(self, session_id: str, *, expect: Receipt | None = None) -> VerifyResult:
         """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt."""
         return _audit.verify(self.shared, session_id, expect=expect)
+
+    def audit(self, session_id: str) -> Audit:
+        """``verify``, and when it fails at a seq, the verified part before it (``Audit.verified``)
+        with the failure (``Audit.failure``): what an auditor's report shows."""
+        return _audit.audit(self.shared, session_id)
 
     def rekey(self, session_id: str) -> RekeyResult:
         """Re-seal the session's events under the active key (encrypting a plaintext session)."""

@@ -108,22 +108,29 @@ class Session:
         head: int,
         head_hash: str,
         seal_kid: str | None,
-        head_key: str | None = None,
+        *,
+        origin: str | None = None,
+        sealed: bool | None = None,
     ) -> None:
         self._ctx = ctx
         self.manifest = manifest
         self._head = head
         self._head_hash = head_hash
         self._seal_kid = seal_kid
+        #: The ``prev`` of the session's first own event (``origin``); by default ``head_hash``, the
+        #: head of a writer that starts before the session's first own event.
+        self._origin = head_hash if origin is None else origin
+        #: Whether the session takes only sealed events (``sealed``: ``sealed_only`` of what the
+        #: caller loaded); by default whether its manifest names a key. Never decided by the events found.
+        self._sealed = manifest.kid is not None if sealed is None else sealed
         #: The bytes of this session's newest own events that this writer read or wrote: what it packs
         #: into segments as seqs reach level boundaries (see ``_compact_levels``).
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
         self._recent_limit = min(COMPACTION_MEMORY_EVENTS, top_level(ctx.auto_compact or 0))
-        #: Idempotency key -> seq, for the events this writer read or wrote (at least its head's).
+        #: Idempotency key -> seq, for the events this writer wrote, or read and verified (``_verify``).
         self._keys: dict[str, int] = {}
         self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
-        self._know(head, head_key)
         #: When this writer last saw its session live (its manifest, no tombstone), on the monotonic
         #: clock and the store's: built just after its caller read them (``FENCE_HOLD``'s margin
         #: covers the gap). The lease lapses when either clock says so.
@@ -156,9 +163,11 @@ class Session:
         ``idempotency_key``: if an event with this key is among the session's last
         ``IDEMPOTENCY_WINDOW`` (64) events before this writer's head, or among the events
         this writer read or wrote, return its seq and write nothing — from any process, so a
-        retried invocation appends once. Free when the key is known (the head's, or read by
-        ``resume``); otherwise the first such check reads the window once (1 LIST + its GETs).
-        A racing writer that lands the same key first is found by the 412 that follows.
+        retried invocation appends once. Free when the key is known (written by this writer,
+        or read by ``resume``); otherwise the first such check reads the window once (1 LIST +
+        its GETs). A racing writer that lands the same key first is found by the 412 that
+        follows. An event is taken for this append only once verified (``_verify``): one that
+        is not (planted) raises ``IntegrityError``, never answers "already done".
         With ``expected_head`` too, only events after it are in question: free when it is this
         writer's head, and a retry of an append whose answer was lost learns whether it
         landed (its seq if it did, a conflict if something else did).
@@ -174,15 +183,42 @@ class Session:
         return self._append_body(MessagesBody(messages), expected_head, idempotency_key)
 
     def _landed(self, key: str) -> int | None:
-        """The seq of the event holding ``key``, if the window (or what this writer knows) has one."""
+        """The seq of the event holding ``key``, if the window (or what this writer knows) has one.
+
+        The window is read once and verified event by event (``_verify``), each chained to the
+        one before it, the first to the session's origin when the window reaches it, the last
+        being this writer's head: an event planted above the true head breaks that chain where
+        it joins it (within the window unless 64 planted events chain to each other above it)."""
         if key not in self._keys and not self._window_read:
             self._window_read = True
-            first = max(self._head - IDEMPOTENCY_WINDOW + 1, _read.first_own_seq(self.manifest))
-            if first <= self._head:
-                bare = Loaded(self.manifest, "", Meta())
-                for raw in _read.own_raw(self._ctx, bare, first, self._head):
-                    self._know(raw.seq, raw.envelope.idem)
+            first_own = _read.first_own_seq(self.manifest)
+            first = max(self._head - IDEMPOTENCY_WINDOW + 1, first_own)
+            prev = self._origin if first == first_own else None
+            bare = Loaded(self.manifest, "", Meta())
+            for raw in _read.own_raw(self._ctx, bare, first, self._head) if first <= self._head else ():
+                self._verify(raw, prev)
+                self._know(raw.seq, raw.envelope.idem)
+                prev = raw.hash
+            if first <= self._head and (prev is None or not self._same(prev, self._head_hash)):
+                raise IntegrityError(self.id, self._head, "the newest events read do not end at this writer's head")
         return self._keys.get(key)
+
+    def _same(self, a: str, b: str) -> bool:
+        return a == b or _read.same_event(self._ctx, self.manifest, a, b)
+
+    def _verify(self, raw: _read.RawEvent, prev: str | None) -> None:
+        """Raise ``IntegrityError`` unless ``raw`` (decoded for this incarnation) may be taken for
+        an event of this session: it names ``prev`` (when known: the hash of the event before it),
+        it is sealed if the session takes only sealed events, and one that carries an idempotency
+        key opens under the session key (its header is the AAD: a forged header fails)."""
+        envelope = raw.envelope
+        if prev is not None and not self._same(envelope.prev, prev):
+            raise IntegrityError(self.id, raw.seq, "prev hash does not match the previous event (chain broken)")
+        if envelope.body is None:
+            if envelope.idem is not None:
+                _read.open_body(self._ctx, self.manifest, raw)
+        elif self._sealed or self._ctx.require_encryption:
+            raise IntegrityError(self.id, raw.seq, "plaintext event in an encrypted session (forged)")
 
     def _know(self, seq: int, key: str | None) -> None:
         if key is not None:
@@ -239,8 +275,7 @@ class Session:
         known = self._head if self._head >= loaded.first_own else 0
         head = _read.find_head(ctx, loaded, known)
         if head > self._head:
-            self._head, self._head_hash, self._seal_kid, head_key = head_state(ctx, loaded, head)
-            self._know(head, head_key)
+            self._head, self._head_hash, self._seal_kid = head_state(ctx, loaded, head)
             self._window_read = False  # other writers' events came: the window moved
 
     def _confirm_alive(self) -> Loaded:
@@ -249,8 +284,9 @@ class Session:
         started = (time.monotonic(), self._ctx.clock())
         loaded = _read.load(self._ctx, self.id)
         if loaded.manifest.uid != self.manifest.uid:
-            raise SessionNotFoundError(self.id, "was deleted and created again")
+            raise SessionNotFoundError(self.id, "was deleted and created again", deleted=True)
         self._lease_from = started
+        self._sealed = self._sealed or sealed_only(loaded)  # a rekey may have encrypted it meanwhile
         return loaded
 
     def _lease_lapsed(self) -> bool:
@@ -259,10 +295,16 @@ class Session:
         return time.monotonic() - since >= lease or (self._ctx.clock() - since_clock).total_seconds() >= lease
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
+        """The key id and key this writer seals its next event with; never none in a session
+        that takes only sealed events (``sealed_only``), whatever its events say."""
         kid = self._seal_kid
         if kid is None:
             if self._ctx.require_encryption:
                 raise InvalidInputError(f"session {self.id!r} is plaintext and encryption is required: rekey it first")
+            if self._sealed:
+                raise WriteConflictError(
+                    self.id, self._head + 1, "it was encrypted since this writer read its head: open it again"
+                )
             return None, None
         return kid, _read.session_key(self._ctx, self.manifest, kid)
 
@@ -271,6 +313,8 @@ class Session:
         if expected_head is not None and expected_head != self._head:
             raise WriteConflictError(self.id, expected_head + 1, f"expected head {expected_head} but it is {self._head}")
         plaintext = encode_body(body, ctx.max_event_bytes)
+        if self._lease_lapsed():
+            self._confirm_alive()  # before the sealing is chosen: a rekey meanwhile seals what follows
         kid, key = self._seal_key()
         seq = self._head + 1
         if seq > MAX_SEQ:
@@ -285,8 +329,6 @@ class Session:
         else:
             envelope = msgspec.structs.replace(envelope, sealed=b64encode(seal(key, plaintext, header_aad(envelope))))
         data = encode_json(envelope)
-        if self._lease_lapsed():
-            self._confirm_alive()
         try:
             ctx.backend.create(
                 ctx.layout.event_key(self.id, seq),
@@ -351,6 +393,7 @@ class Session:
         except IntegrityError:
             raise WriteConflictError(self.id, seq, "an object that is no event of this session is there") from None
         if idempotency_key is not None and raw.envelope.idem == idempotency_key:
+            self._verify(raw, self._head_hash)  # on this writer's head, sealed as the session is: else tampering
             return stored.data  # the same append, landed by another process: its seq is the answer
         raise WriteConflictError(self.id, seq)
 
@@ -360,27 +403,43 @@ def top_level(size: int) -> int:
     return size * int(COMPACTION_FANOUT ** (COMPACTION_LEVELS - 1))
 
 
-def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None, str | None]:
-    """(head, hash of the head event, key id to seal with, the head's idempotency key): what the
-    next append continues.
+def sealed_only(loaded: Loaded) -> bool:
+    """Whether the session takes only sealed events: fixed by its manifest (a key id) or a salt
+    object (encrypted by rekey), never by the events found (anyone who may create objects can
+    plant one)."""
+    return loaded.manifest.kid is not None or loaded.meta.salted
+
+
+def origin(loaded: Loaded) -> tuple[int, str]:
+    """(seq, hash) the session's first own event follows: a fork's seq and the parent's event
+    there, or the session's base and its manifest."""
+    parent = loaded.manifest.parent
+    if parent is not None and not parent.copied:
+        return parent.seq, parent.hash
+    return loaded.manifest.base, loaded.genesis
+
+
+def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
+    """(head, hash of the head event, key id to seal with): what the next append continues.
 
     A session keeps sealing under the key id of its newest event (its
     manifest's at first), so rotating the active key never mixes keys
-    into an old session; ``rekey`` moves it to the active key.
+    into an old session; ``rekey`` moves it to the active key. A plaintext
+    head in a session that takes only sealed events (``sealed_only``) is refused
+    (``IntegrityError``), as reads refuse it: no writer continues it.
     """
     manifest = loaded.manifest
-    parent = manifest.parent
     if head < loaded.first_own:
-        if parent is not None and not parent.copied:
-            return parent.seq, parent.hash, manifest.kid, None
-        return manifest.base, loaded.genesis, manifest.kid, None
+        return (*origin(loaded), manifest.kid)
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
     raw = _read.decode_at(ctx, manifest, head, data)
+    if raw.envelope.body is not None and sealed_only(loaded):
+        raise IntegrityError(manifest.sid, head, "plaintext event in an encrypted session (forged, or written before a rekey)")
     if raw.envelope.kid is not None and ctx.keyring.get(raw.envelope.kid) is not None:
         _read.open_body(ctx, manifest, raw)  # a wrong key under the right id must not seal what follows
-    return head, raw.hash, raw.envelope.kid, raw.envelope.idem
+    return head, raw.hash, raw.envelope.kid
 
 
 def create(ctx: StoreContext, session_id: str, *, retention: Retention = "permanent") -> Session:
@@ -393,24 +452,36 @@ def create(ctx: StoreContext, session_id: str, *, retention: Retention = "perman
 
 
 def open_session(
-    ctx: StoreContext, session_id: str, *, create_missing: bool = False, retention: Retention = "permanent"
+    ctx: StoreContext,
+    session_id: str,
+    *,
+    create_missing: bool = False,
+    retention: Retention = "permanent",
+    recreate: bool = True,
 ) -> Session:
-    """A writer for the session, at its current head. With ``create_missing``, a missing (or
-    deleted) session is created."""
+    """A writer for the session, at its current head. With ``create_missing``, a missing session
+    is created, and so is a deleted one unless ``recreate`` is False (then its
+    ``SessionNotFoundError`` is raised, ``deleted`` set)."""
     validate_session_id(session_id)
     found = _read.read_manifest(ctx, session_id)
     try:
         if create_missing and found is None:
             raise SessionNotFoundError(session_id)
         loaded = _read.load(ctx, session_id, found=found)
-    except SessionNotFoundError:
-        if not create_missing:
+    except SessionNotFoundError as error:
+        if not create_missing or (error.deleted and not recreate):
             raise
         try:
             return create(ctx, session_id, retention=retention)
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: open what is there
-    return Session(ctx, loaded.manifest, *head_state(ctx, loaded, _read.find_head(ctx, loaded)))
+    return Session(
+        ctx,
+        loaded.manifest,
+        *head_state(ctx, loaded, _read.find_head(ctx, loaded)),
+        origin=origin(loaded)[1],
+        sealed=sealed_only(loaded),
+    )
 
 
 def fork(ctx: StoreContext, source: str, target: str, *, at: int | None = None, retention: Retention | None = None) -> Session:
@@ -517,7 +588,7 @@ def resume(
             return create(ctx, session_id, retention=retention), []
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
-    head, head_hash, seal_kid, _ = head_state(ctx, loaded, 0)
+    head, head_hash, seal_kid = head_state(ctx, loaded, 0)
     folder = ContextFolder()
     own: list[_read.RawEvent] = []
     for manifest, raw in _read.lineage(ctx, loaded, 1, None):
@@ -525,7 +596,7 @@ def resume(
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
             own.append(raw)
-    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid)
+    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=sealed_only(loaded))
     session._window_read = True  # it read every own event: their idempotency keys are known
     for raw in own:
         session._know(raw.seq, raw.envelope.idem)

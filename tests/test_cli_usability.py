@@ -327,7 +327,7 @@ def test_list_marks_deleted_sessions_kept_for_forks_in_every_form(run: Run) -> N
     assert ok(run("list", "--tree")).splitlines() == ["solo (head 1)", "parent (deleted)", "  └─ child @1 (head 1)"]
     # reusing the id says why it is taken
     line = one_line_error(run("append", "parent", "again"), 3)
-    assert "while forks need them" in line and "gc" in line
+    assert "its forks (child) read its events" in line and "until those forks are deleted and gc has removed them" in line
 
 
 def test_gc_keep_says_the_grace_period_does_not_hold_it_back(run: Run) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
@@ -26,7 +27,8 @@ from evstore import (
     Store,
     generate_key,
 )
-from evstore._crypto import add_key_to_file
+from evstore._codec import Envelope, b64decode, header_aad
+from evstore._crypto import add_key_to_file, derive_session_key, open_sealed
 
 from .helpers import msg
 
@@ -311,6 +313,14 @@ def test_shred_destroys_the_salt_so_a_surviving_copy_cannot_be_opened() -> None:
     assert salt.encode() not in b"".join(raw_objects(store).values())
     with pytest.raises(SessionExpiredError):
         list(store.replay("s"))
+    # the salt is what the copy lacks: with it the master key opens the copy, without it nothing does
+    first = msgspec.json.decode(copies[min(copies)], type=Envelope)
+    sealed = b64decode(first.sealed or "")
+    master = store.keyring.get(first.kid or "")
+    assert master is not None
+    assert open_sealed(derive_session_key(master, b64decode(salt), "s"), sealed, header_aad(first)) is not None
+    for guess in (b"", bytes(32), hashlib.sha256(master).digest()):
+        assert open_sealed(derive_session_key(master, guess, "s"), sealed, header_aad(first)) is None
 
 
 def test_shred_refuses_while_forks_read_the_session_unless_told() -> None:

@@ -29,13 +29,18 @@ def test_the_same_key_twice_lands_once(store: Store) -> None:
     assert contents(store) == ["a"]
 
 
-def test_a_new_writer_retrying_the_head_costs_no_request() -> None:
+def test_a_new_writer_retrying_the_head_verifies_it_in_one_window_read() -> None:
+    """The head a new writer found is not its own: its key counts once the window's chain is
+    checked (a planted head would answer "already done" for a message stored nowhere)."""
     counting = CountingStore(MemoryStore())
     Store(counting, root="root").open("s", create=True).append(msg("a"), idempotency_key="k")
     retry = Store(counting, root="root").open("s")
     counting.reset()
     assert retry.append(msg("a"), idempotency_key="k") == 1
-    assert counting.total == 0
+    assert counting.counts == {"LIST": 1, "GET": 1}
+    counting.reset()
+    assert retry.append(msg("a"), idempotency_key="k") == 1
+    assert counting.total == 0  # known now
 
 
 def test_a_key_inside_the_window_is_found_with_one_listing() -> None:

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 from evstore_cli import cli
+from evstore_cli._main import Batch, parse_jsonl_entries
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -214,6 +215,33 @@ def check_command(result: Any) -> None:
         assert len(lines) == 1 and lines[0].startswith("evstore: "), result.stderr
 
 
+def expected_append(sid: str, mode: str, payload: bytes, role: str) -> list[evstore.Message] | None:
+    """What ``append`` must store for this input: its messages, or None where it must refuse
+    (exit 2). The library's own decoders are the oracle for what is a message."""
+    try:
+        validate_session_id(sid)
+        if mode == "text":
+            return [{"role": role, "content": payload.decode("utf-8", "replace")}]
+        text = payload.decode("utf-8")
+        if mode == "stdin":
+            return [{"role": role, "content": text.removesuffix("\n")}]
+        if mode == "json":
+            return [decode_message_json(text)]
+        batches = [entry for entry in parse_jsonl_entries(text.splitlines()) if isinstance(entry, Batch)]
+        rewinds = len(list(parse_jsonl_entries(text.splitlines()))) - len(batches)
+        assume(not rewinds)  # a rewind line's effect is checked in tests/test_formats.py
+        return [m for batch in batches for m in batch.messages] or None
+    except (InvalidInputError, UnicodeDecodeError):
+        return None
+
+
+def head_of(store: Store, sid: str) -> int | None:
+    try:
+        return store.info(sid).head
+    except (evstore.SessionNotFoundError, InvalidInputError):
+        return None
+
+
 @fuzz(120)
 @given(
     sid=st.text(max_size=20) | st.from_regex(_SESSION_ID, fullmatch=True),
@@ -221,9 +249,10 @@ def check_command(result: Any) -> None:
     payload=st.binary(max_size=200) | st.text(max_size=200).map(str.encode) | st.builds(msgspec.json.encode, near_messages),
     role=st.sampled_from(["user", "assistant", "tool", "system"]),
 )
-def test_append_through_the_command_fails_only_with_one_line_documented_errors(
+def test_append_through_the_command_stores_exactly_the_input_or_refuses_it_with_exit_2(
     sid: str, mode: str, payload: bytes, role: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    """Exit 0 with the messages stored as given, or exit 2 with nothing stored: never another code."""
     FIGURES.add_fuzzed("command")
     assume(not sid.startswith("-") and "\x00" not in sid)
     store = tmp_path_factory.getbasetemp() / "cli-store"
@@ -236,12 +265,20 @@ def test_append_through_the_command_fails_only_with_one_line_documented_errors(
         stdin = None
     elif mode in ("json", "jsonl"):
         args.append(f"--{mode}")
+    want = expected_append(sid, mode, payload, role)
+    reader = Store(evstore.LocalStore(store))
+    before = head_of(reader, sid)
     result = runner.invoke(cli, args, input=stdin)
     check_command(result)
-    if result.exit_code == 0:
-        seq = int(result.stdout.split()[-1])
-        replay = runner.invoke(cli, ["--store", store.as_uri(), "replay", sid, "--format", "jsonl", "--from", str(seq)])
-        check_command(replay)
+    if want is None:
+        assert result.exit_code == 2, (result.exit_code, result.output)
+        assert head_of(reader, sid) == before  # nothing written, no session created
+        return
+    assert result.exit_code == 0, (result.exit_code, result.output)
+    last = int(result.stdout.split()[-1])
+    first = last - len(want) + 1 if mode == "jsonl" else last
+    stored = [m for e in reader.replay(sid, start=first) for m in e.messages]
+    assert stored == want
 
 
 @pytest.mark.parametrize("size", [5 * 1024 * 1024 - 64, 5 * 1024 * 1024 + 1])
@@ -264,26 +301,29 @@ def test_usage_errors_are_one_line_with_exit_2(args: list[str], tmp_path: Path) 
     check_command(result)
 
 
-REAL_RUNS = [
-    (["append", "s", b"\xff\xfe-not-utf8"], b""),
-    (["append", "s"], b"\xff\xfe\x00 not utf-8 on stdin"),
-    (["append", "s", "--json"], b'{"role": "user", "content": "x"'),
-    (["append", "../etc", "x"], b""),
-    (["replay", "never-made"], b""),
+REAL_RUNS = [  # (argv, stdin, the exit code, what the one line says)
+    (["append", "s", b"\xff\xfe-not-utf8"], b"", 2, b"cannot encode as JSON"),
+    (["append", "s"], b"\xff\xfe\x00 not utf-8 on stdin", 2, b"not valid UTF-8"),
+    (["append", "s", "--json"], b'{"role": "user", "content": "x"', 2, b"invalid JSON"),
+    (["append", "../etc", "x"], b"", 2, b"invalid session id"),
+    (["replay", "never-made"], b"", 3, b"not found"),
 ]
 
 
-@pytest.mark.parametrize(("args", "stdin"), REAL_RUNS, ids=["argv-bytes", "stdin-bytes", "broken-json", "bad-id", "not-found"])
-def test_the_installed_command_fails_with_one_line_documented_errors(args: list[Any], stdin: bytes, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "stdin", "code", "says"), REAL_RUNS, ids=["argv-bytes", "stdin-bytes", "broken-json", "bad-id", "not-found"]
+)
+def test_the_installed_command_fails_with_its_one_line_error_and_exit_code(
+    args: list[Any], stdin: bytes, code: int, says: bytes, tmp_path: Path
+) -> None:
     FIGURES.add_fuzzed("command (subprocess)")
     argv = [sys.executable.encode(), b"-m", b"evstore_cli", b"--store", tmp_path.as_uri().encode()]
     argv += [a if isinstance(a, bytes) else a.encode() for a in args]
     run = subprocess.run(argv, input=stdin, capture_output=True, cwd=ROOT, env=helper_env(), timeout=60)
-    assert run.returncode in EXIT_CODES
-    assert b"Traceback" not in run.stderr
-    if run.returncode:
-        lines = run.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith(b"evstore: "), run.stderr
+    assert run.returncode == code, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(b"evstore: ") and says in lines[0], run.stderr
+    assert not (tmp_path / "objects").exists() or not any((tmp_path / "objects").rglob("0*"))  # nothing was appended
 
 
 # ---- store URLs: never contact a host, never touch a directory outside tmp ----------

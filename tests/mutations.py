@@ -1,0 +1,197 @@
+"""Mutation check: each mutation below breaks one guarantee evstore makes, and the tests named
+beside it must fail. A mutation no test notices is a guarantee nothing protects.
+
+Each runs on a copy of the checkout (the repository is never changed): the mutation is applied
+to one exact piece of source, the named tests run in a fresh process against the copy, and the
+mutation counts as caught only if they fail (pytest's exit 1) where the same tests passed on the
+unmutated copy. A mutation whose source no longer appears exactly once is an error: update it
+here together with the code it mutates.
+
+    python tests/mutations.py            # all of them; exit 0 only if every one is caught
+    python tests/mutations.py --list     # what each protects
+    python tests/mutations.py NAME ...   # some of them
+
+``tests/test_mutations.py`` runs it in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+COPIED = ("evstore", "cli", "tests", "benchmarks", "infra", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    protects: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = (
+    Mutation(
+        "hkdf-info",
+        "every sealed session stays readable after an upgrade (the HKDF info string)",
+        "evstore/_crypto.py",
+        'SESSION_KEY_INFO = b"evstore/v1/session/"',
+        'SESSION_KEY_INFO = b"evstore/v2/session/"',
+        ("tests/test_known_answers.py::test_session_key_derivation_is_hkdf_sha256_of_the_master_key_salt_and_session_id",),
+    ),
+    Mutation(
+        "hkdf-no-salt",
+        "crypto-shredding: the manifest's salt is part of every session key",
+        "evstore/_crypto.py",
+        "length=KEY_BYTES, salt=salt,",
+        "length=KEY_BYTES, salt=None,",
+        ("tests/test_known_answers.py::test_each_input_of_the_derivation_changes_the_key",),
+    ),
+    Mutation(
+        "no-chain-check",
+        "the audit view: an event rewritten in place is caught by the next one's prev",
+        "evstore/_read.py",
+        "if prev is not None and envelope.prev != prev and not same_event(ctx, manifest, envelope.prev, prev):",
+        "if False:",
+        ("tests/test_known_answers.py::test_a_middle_event_replaced_by_a_well_formed_one_breaks_the_chain_on_replay",),
+    ),
+    Mutation(
+        "no-if-none-match",
+        "single writer per seq on S3: a PUT never overwrites an event",
+        "evstore/_backends/_s3.py",
+        'return self._put(key, data, metadata, tags, IfNoneMatch="*")',
+        "return self._put(key, data, metadata, tags)",
+        ("tests/test_backends.py",),
+    ),
+    Mutation(
+        "append-past-the-head",
+        "no hole in the log: an append takes the seq right after the head",
+        "evstore/_write.py",
+        "        seq = self._head + 1\n        if seq > MAX_SEQ:",
+        "        seq = self._head + 2\n        if seq > MAX_SEQ:",
+        ("tests/test_store.py",),
+    ),
+    Mutation(
+        "gc-ignores-grace",
+        "gc never removes an object younger than the grace period",
+        "evstore/_retention.py",
+        "    cutoff = now - grace\n",
+        "    cutoff = now\n",
+        ("tests/test_retention.py",),
+    ),
+    Mutation(
+        "fence-ignored",
+        "no append is acknowledged into a deleted session (a delete's fence)",
+        "evstore/_read.py",
+        "if fence is not None and fence.uid == manifest.uid and ctx.has_object(ctx.layout.tombstone_key(manifest.sid)):",
+        "if False:",
+        ("tests/test_fencing.py",),
+    ),
+    Mutation(
+        "delete-writes-no-fence",
+        "a stale writer cannot append into a deleted session's freed slots",
+        "evstore/_forks.py",
+        "            ctx.create_once(ctx.layout.event_key(session_id, seq), tombstone, tags)\n            break",
+        "            break",
+        ("tests/test_fencing.py",),
+    ),
+    Mutation(
+        "segment-not-vouched",
+        "a planted segment never changes what a read returns",
+        "evstore/_read.py",
+        "            if not _vouched(checked, loose_last):",
+        "            if any(segment is None for segment in checked):",
+        ("tests/test_hostile_bucket.py",),
+    ),
+    Mutation(
+        "any-412-is-ours",
+        "exactly-once appends: a 412 is success only for this writer's own earlier attempt",
+        "evstore/_write.py",
+        "        if stored.metadata.get(WRITE_ID_METADATA) == write_id:\n            return stored.data",
+        "        if True:\n            return stored.data",
+        ("tests/test_store.py", "tests/test_idempotency.py"),
+    ),
+)
+
+
+def _copy(target: Path) -> dict[str, str]:
+    """The checkout's code and tests under ``target``, and the environment that imports them."""
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache")
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=ignore)
+        else:
+            shutil.copy2(source, target / name)
+    shim = target / ".shim"
+    shim.mkdir()
+    (shim / "evstore_cli").symlink_to(target / "cli")  # the package name pyproject maps to cli/
+    env = dict(os.environ, PYTHONPATH=f"{target}{os.pathsep}{shim}", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def _pytest(target: Path, env: dict[str, str], tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *tests]
+    return subprocess.run(command, cwd=target, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _first_failure(output: str) -> str:
+    return next((line.removeprefix("FAILED ").split(" - ")[0] for line in output.splitlines() if line.startswith("FAILED ")), "?")
+
+
+def check(mutations: tuple[Mutation, ...]) -> bool:
+    """Run each mutation; print one line each; True when every one was caught."""
+    with tempfile.TemporaryDirectory(prefix="evstore-mutations-") as scratch:
+        target = Path(scratch)
+        env = _copy(target)
+        originals = {m.path: (target / m.path).read_text() for m in mutations}
+        for m in mutations:
+            if originals[m.path].count(m.old) != 1:
+                print(f"error: mutation {m.name} no longer applies: {m.path} must hold its source exactly once")
+                return False
+        baseline = _pytest(target, env, tuple(dict.fromkeys(t for m in mutations for t in m.tests)))
+        if baseline.returncode != 0:
+            print(f"error: the tests fail without any mutation (pytest exit {baseline.returncode}):\n{baseline.stdout[-3000:]}")
+            return False
+        caught_all = True
+        for m in mutations:
+            (target / m.path).write_text(originals[m.path].replace(m.old, m.new))
+            try:
+                run = _pytest(target, env, m.tests)
+            finally:
+                (target / m.path).write_text(originals[m.path])
+            caught = run.returncode == 1
+            caught_all &= caught
+            verdict = f"caught by {_first_failure(run.stdout)}" if caught else f"NOT CAUGHT (pytest exit {run.returncode})"
+            print(f"{m.name:24} {verdict}", flush=True)
+        return caught_all
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and what each protects")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:24} {m.protects}")
+        return 0
+    unknown = set(args.names) - {m.name for m in MUTATIONS}
+    if unknown:
+        parser.error(f"unknown mutations: {', '.join(sorted(unknown))}")
+    chosen = tuple(m for m in MUTATIONS if not args.names or m.name in args.names)
+    return 0 if check(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
