@@ -30,6 +30,7 @@ from evstore._codec import (
     encode_json,
     encode_manifest,
     format_ts,
+    pack_segment,
 )
 from evstore._read import read_manifest
 
@@ -244,6 +245,20 @@ def test_a_forged_event_breaking_the_message_schema_is_an_integrity_error_at_its
         list(bucket.store.replay("s"))
     with pytest.raises(IntegrityError, match=f"seq {seq} .*not a valid message"):
         bucket.store.context("s")
+
+
+def test_a_forged_event_breaking_the_message_schema_inside_a_segment_is_an_integrity_error(bucket: Bucket) -> None:
+    """A segment holding it fails its own check (each event passes decode_envelope, as a loose
+    one does), so the loose events stand for it and the loose event's decode refuses it: the
+    same one line, never the forged message printed or a TypeError."""
+    seq = bucket.forge_next("s", {"role": "assistant", "tool_calls": 5})
+    found = read_manifest(bucket.store.shared, "s")
+    assert found is not None
+    events = [(n, bucket.backend.get(f"sessions/s/{n:020d}").data) for n in range(1, seq + 1)]
+    bucket.plant(f"sessions/s/segments/{1:020d}-{seq:020d}", pack_segment("s", found[0].uid, events))
+    for args in (["replay", "s"], ["verify", "s"]):
+        line = one_line_error(clean(bucket.run(*args)), 5)
+        assert f"at seq {seq} of session 's'" in line and "message 0 is not a valid message" in line, (args, line)
 
 
 def test_a_sealed_body_breaking_the_message_schema_is_an_integrity_error() -> None:
