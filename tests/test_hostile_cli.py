@@ -380,6 +380,17 @@ def test_a_fifo_or_device_as_the_input_file_is_refused_at_once(bucket: Bucket, t
     assert list(bucket.store.list_sessions()) == ["s"]
 
 
+@pytest.mark.parametrize("args", [["append", "t"], ["append", "t", "--jsonl"], ["append", "t", "--json"]])
+def test_dev_zero_as_appends_standard_input_is_read_bounded(bucket: Bucket, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVSTORE_")}
+    command = [sys.executable, "-m", "evstore_cli", "--store", bucket.path.as_uri(), *args]
+    with open("/dev/zero", "rb") as zeros:
+        done = subprocess.run(command, stdin=zeros, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(r"evstore: input exceeds the limit of \d+ bytes\n", done.stderr.decode())
+    assert list(bucket.store.list_sessions()) == ["s"]
+
+
 def test_standard_input_stays_an_input_file(bucket: Bucket) -> None:
     result = bucket.run("import", "t", "-", "--format", "jsonl", input='{"role": "user", "content": "piped"}\n')
     assert result.exit_code == 0 and "imported 1 messages into t" in result.stdout
