@@ -11,8 +11,8 @@ Requests (N = events, S = segments):
   ``_TAIL_FIRST_PAGE``); beyond that, HEAD probes that gallop and bisect:
   O(log N) in the worst case. Names among the events that are no seqs cost at most a LIST
   page per 1,000 of them, and a run of ``<seq>~...`` names one page (``_ids.seq_after``).
-* replay: load, one GET per segment and one per group of up to 8 segments and
-  32 MiB (the loose event that vouches for the group), 2 * concurrency GETs and
+* replay: load, one GET per segment and a LIST per 1,000 events the segments
+  cover (the listing whose ETags vouch for them), 2 * concurrency requests and
   two groups' bytes in flight,
   with the LIST of the loose tail; then a LIST per 1,000 loose events and their GETs,
   ``2 * concurrency`` in flight.
@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -86,10 +87,11 @@ _LAST_SEQ_NAME = format_seq(MAX_SEQ)
 #: Forks of forks may nest this deep; a deeper (or circular) ancestry is an integrity error.
 MAX_FORK_DEPTH = 100
 _sha256 = hashlib.sha256
+_md5 = hashlib.md5
 #: A checked segment's events are built this many at a time.
 _BATCH = 256
 #: Segments read as one group: fetched side by side, checked each on its own as it arrives, and
-#: trusted together when the loose event at the group's end vouches for their chain (``_vouched``).
+#: trusted together when the listing of the loose events they cover vouches for each (``_vouched``).
 #: A group is up to ``_GROUP`` segments, and past its first no more than ``_GROUP_BYTES`` of them
 #: (by their listed sizes). The GETs of as many groups as the pool has threads are in flight, and
 #: no more than two groups' worth of segment bytes, so that a read holds a few groups of segments
@@ -98,6 +100,9 @@ _BATCH = 256
 #: two groups at a time).
 _GROUP = 8
 _GROUP_BYTES = 32 * 1024 * 1024
+#: Names per LIST page of the loose events a chain of segments covers (S3's most): the pages
+#: go out side by side with the segment GETs, one per this many events (``_listed_md5s``).
+_LISTED = 1000
 #: Checking a segment holds the GIL; it gives it up (``time.sleep(0)``, about 90 us) every this
 #: many events. A thread that waits for it (one reading a GET's body, one sending a GET) would
 #: otherwise wait up to a switch interval (5 ms) for it at every read of its socket.
@@ -453,23 +458,51 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
     return max((seq for seq, _ in _event_names(ctx, session_id, low)), default=low)
 
 
-def live_forks(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
-    """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET each)."""
-    return sorted(fork_points(ctx, uid, markers))
+def live_forks(
+    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, made_by: datetime | None = None
+) -> list[str]:
+    """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET
+    each); with ``made_by`` (a deleted parent's tombstone time), only those whose manifests the
+    store stored at or before it (``made_before_delete``)."""
+    return sorted(fork_points(ctx, uid, markers, made_by=made_by))
 
 
-def fork_points(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> dict[str, int]:
+def fork_points(
+    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, made_by: datetime | None = None
+) -> dict[str, int]:
     """``live_forks``, each with its fork seq (as its manifest records it)."""
     live = {}
     for child, child_uid in markers:
         try:
-            found = read_manifest(ctx, validate_session_id(child))
-        except (InvalidInputError, IntegrityError):
-            continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
-        parent = found[0].parent if found is not None else None
-        if found is not None and found[0].uid == child_uid and parent is not None and parent.uid == uid:
+            stored = ctx.backend.get(ctx.layout.manifest_key(validate_session_id(child)), max_bytes=MAX_SMALL_OBJECT_BYTES)
+            manifest = decode_manifest(stored.data, child)
+        except (InvalidInputError, IntegrityError, ObjectMissing):
+            continue  # not a marker evstore wrote, or a child that is gone or does not decode: it keeps nothing alive
+        parent = manifest.parent
+        ours = manifest.uid == child_uid and parent is not None and parent.uid == uid
+        if ours and parent is not None and (made_by is None or stored.last_modified <= made_by):
             live[child] = parent.seq
     return live
+
+
+def made_before_delete(ctx: StoreContext, fork: Manifest, parent: Loaded) -> bool:
+    """Whether ``fork`` may read its deleted ``parent``'s events: evstore made it before the delete.
+
+    ``fork_manifest`` stores the marker, then the manifest, then backs out if the parent has a
+    tombstone; so a fork that outlived its parent's delete has a marker in the parent's listing
+    and a manifest the store stored (its LastModified: set by the store, not by who wrote it) no
+    later than the tombstone. A fork planted after the delete (the writer role may create any
+    name) fails one or the other, and the deleted history is not read through it. Two HEADs.
+    """
+    if (fork.sid, fork.uid) not in parent.meta.forks:
+        return False
+    layout = ctx.layout
+    try:
+        deleted = ctx.backend.head(layout.tombstone_key(parent.manifest.sid)).last_modified
+        made = ctx.backend.head(layout.manifest_key(fork.sid)).last_modified
+    except ObjectMissing:
+        return False
+    return made <= deleted
 
 
 # ---- keys, decoding and opening ------------------------------------------------
@@ -673,14 +706,6 @@ class _EarlyGets:
             self._futures[seq] = submit()
             return True
 
-    def keep(self, seq: int, data: bytes) -> None:
-        """Bytes already read for ``seq``: ``take`` hands them over as a GET would."""
-        done: Future[bytes | None] = Future()
-        done.set_result(data)
-        with self._lock:
-            if not self._closed:
-                self._futures[seq] = done
-
     def take(self, seq: int) -> Future[bytes | None] | None:
         with self._lock:
             return self._futures.pop(seq, None)
@@ -706,12 +731,20 @@ def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
 class _CheckedSegment:
     """A segment that passed its own check (``_checked_segment``): its bytes, where each event
     starts, each event's envelope (decoded in the check, while the next segments are still on
-    their way) and hash, and the ``prev`` its first event names."""
+    their way), hash and MD5 (what a listing's ETag of its loose object is), and the ``prev``
+    its first event names."""
 
-    __slots__ = ("data", "envelopes", "first", "first_prev", "hashes", "offsets")
+    __slots__ = ("data", "envelopes", "first", "first_prev", "hashes", "md5s", "offsets")
 
     def __init__(
-        self, data: bytes, first: int, first_prev: str, offsets: list[int], hashes: list[str], envelopes: list[Envelope]
+        self,
+        data: bytes,
+        first: int,
+        first_prev: str,
+        offsets: list[int],
+        hashes: list[str],
+        envelopes: list[Envelope],
+        md5s: list[str],
     ) -> None:
         self.data = data
         self.first = first
@@ -719,6 +752,7 @@ class _CheckedSegment:
         self.offsets = offsets
         self.hashes = hashes
         self.envelopes = envelopes
+        self.md5s = md5s
 
     def events(self, manifest: Manifest, low: int, high: int) -> list[RawEvent]:
         """Its events ``low`` to ``high - 1`` (indexes from its first)."""
@@ -734,10 +768,11 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
     session's events from ``first`` to ``last`` that chain to each other.
 
     One pass, without copying: each event is decoded and checked as a loose event is
-    (``decode_envelope``), its bytes hashed once and its ``prev`` compared with the hash of the
-    one before it. An event that does not decode fails the segment (the loose events stand for
-    it, and their own decode answers). A segment is derived: what this check cannot tell
-    (whether these are the session's true events) ``_vouched`` tells, against a loose event.
+    (``decode_envelope``), its bytes hashed once (SHA-256 and MD5) and its ``prev`` compared
+    with the hash of the one before it. An event that does not decode fails the segment (the
+    loose events stand for it, and their own decode answers). A segment is derived: what this
+    check cannot tell (whether these are the session's true events) ``_vouched`` tells, against
+    the listing of the loose events it covers.
     """
     if data is None:
         return None
@@ -748,6 +783,7 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
         return None  # not a segment evstore wrote
     view = memoryview(data)
     hashes: list[str] = []
+    md5s: list[str] = []
     envelopes: list[Envelope] = []
     prev: str | None = None
     first_prev = ""
@@ -762,13 +798,14 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
                 first_prev = envelope.prev
             prev = _sha256(raw).hexdigest()
             hashes.append(prev)
+            md5s.append(_md5(raw, usedforsecurity=False).hexdigest())
             envelopes.append(envelope)
             seq += 1
             if not seq % _YIELD_EVERY:
                 time.sleep(0)  # gives up the GIL (see ``_YIELD_EVERY``)
     except IntegrityError:
         return None
-    return _CheckedSegment(data, first, first_prev, offsets, hashes, envelopes)
+    return _CheckedSegment(data, first, first_prev, offsets, hashes, envelopes, md5s)
 
 
 def _continues(before: _CheckedSegment, after: _CheckedSegment) -> bool:
@@ -782,18 +819,54 @@ def _continues(before: _CheckedSegment, after: _CheckedSegment) -> bool:
     )
 
 
-def _vouched(segments: list[_CheckedSegment | None], loose_last: bytes | None) -> bool:
-    """Whether a group of consecutive segments stands for the loose events: each passed its own
-    check, each continues the one before (``_continues``), and the last one's last event is byte
-    for byte the loose event at its end. Since each event names the hash of the one before, that
-    loose event vouches for every event of the group."""
-    if loose_last is None or any(segment is None for segment in segments):
+def _content_md5(etag: str) -> str:
+    """The MD5 (lowercase hex) that a listed ETag states of the object's bytes, or "" when it
+    states none: a multipart ETag (``-``), an empty one, anything but 32 hex digits. An ETag
+    that is 32 hex digits but not the MD5 (SSE-KMS) just never matches an event's."""
+    digest = etag.strip('"').lower()
+    return digest if len(digest) == 32 and all(c in "0123456789abcdef" for c in digest) else ""
+
+
+def _listed_md5s(ctx: StoreContext, session_id: str, after: int) -> dict[int, str]:
+    """The content MD5 (``_content_md5``) of each loose event on one LIST page of up to 1,000
+    names after seq ``after``, by seq: one LIST."""
+    prefix = ctx.layout.session_prefix(session_id)
+    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, after), max_keys=_LISTED)
+    listed: dict[int, str] = {}
+    for info in page.objects:
+        seq = parse_seq(info.key[len(prefix) :])
+        if seq is not None:
+            listed[seq] = _content_md5(info.etag)
+    return listed
+
+
+def _vouched(segments: list[_CheckedSegment | None], listed: dict[int, str], start: int, end: int | None) -> bool:
+    """Whether a group of consecutive segments stands for the loose events from seq ``start``
+    (to ``end``): each passed its own check, each continues the one before (``_continues``),
+    and every event of theirs from ``start`` on is, by its MD5, the loose event listed at its
+    seq (``listed``, from ``_listed_md5s``).
+
+    The check is every event, not one at an end: the writer role may create loose events past
+    the true head (free seqs), so a forged run can end on planted loose events that match it,
+    however many; but from the first seq where it departs from the true history to the true
+    head, each of its events differs from the loose one at its seq (each names the hash of the
+    one before), and those loose events cannot be replaced. A seq not listed, or whose ETag
+    states no MD5, fails the group: its loose events are read instead."""
+    if any(segment is None for segment in segments):
         return False
     checked = [segment for segment in segments if segment is not None]
     if not all(_continues(before, after) for before, after in itertools.pairwise(checked)):
         return False
-    last = checked[-1]
-    return memoryview(last.data)[last.offsets[-2] : last.offsets[-1]] == loose_last
+    for segment in checked:
+        last = segment.first + len(segment.md5s) - 1
+        if end is not None:
+            last = min(last, end)
+        md5s = segment.md5s
+        for seq in range(max(start, segment.first), last + 1):
+            if listed.get(seq) != md5s[seq - segment.first]:
+                return False
+        start = max(start, last + 1)
+    return True
 
 
 def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[RawEvent]:
@@ -843,9 +916,10 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     loop per list).
 
     Segments are read while they continue each other from ``start``, in groups of up to
-    ``_GROUP``: a group's segments are fetched side by side with the loose event at the group's
-    end, each checked on its own as it arrives, and the group is used only when that loose
-    event vouches for it (``_vouched``). The rest (and all of it, from the first
+    ``_GROUP``: a group's segments are fetched side by side with the LIST pages of the loose
+    events they cover (one per ``_LISTED`` events, each page's start computed, none waiting on
+    another), each checked on its own as it arrives, and the group is used only when the listing
+    vouches for each of its events (``_vouched``). The rest (and all of it, from the first
     group that fails) comes from the loose events, which always remain. The LIST of the loose
     tail goes out with the segment GETs, and the GETs of its first events as soon as it
     answers: neither waits for a segment to be checked.
@@ -873,30 +947,53 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     if chain and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
     try:
-        # each group's segments, then the loose event at its end: a segment is (first, last), that event its seq
-        wanted: list[tuple[int, int] | int] = []
+        # each group's segments, then the LIST pages (by the seq they list after) of the loose events
+        # it yields that no earlier group's pages cover: made as the fetches go out, so a planted
+        # name's range costs at most a window of LISTs (its segment fails its check first)
+        base = cursor - 1  # page k lists the names after seq base + k * _LISTED
+        pages_of: list[int] = []
+        listed_pages = 0
         for group in groups:
-            wanted += [*group, group[-1][1]]
+            needed = -(-((group[-1][1] if end is None else min(group[-1][1], end)) - base) // _LISTED)
+            pages_of.append(max(needed - listed_pages, 0))
+            listed_pages = max(listed_pages, needed)
 
-        def fetch(item: tuple[int, int] | int) -> bytes | None:
+        def wanted() -> Iterator[tuple[int, int] | int]:
+            page = 0
+            for group, pages in zip(groups, pages_of, strict=True):
+                yield from group
+                for _ in range(pages):
+                    yield base + page * _LISTED
+                    page += 1
+
+        def fetch(item: tuple[int, int] | int) -> bytes | dict[int, str] | None:
             if isinstance(item, int):
-                return get_event_bytes(ctx, sid, item)
+                return _listed_md5s(ctx, sid, item)
             return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
 
         def weight(item: tuple[int, int] | int) -> int:
             return 0 if isinstance(item, int) else size_of(item)
 
-        # a pool's worth of GETs in flight, two groups' bytes; then the tail's early GETs may go
-        fetched = ctx.prefetched(
-            wanted, fetch, 2 * ctx.concurrency, primed=early.release, weight=weight, budget=2 * _GROUP_BYTES
-        )
-        for group in groups:
+        # a pool's worth of GETs in flight and the chain's LIST pages besides, up to 4 x concurrency
+        # of them (small: queued on the pool without waiting on the reader), two groups' bytes; then
+        # the tail's early GETs may go
+        window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
+        fetched = ctx.prefetched(wanted(), fetch, window, primed=early.release, weight=weight, budget=2 * _GROUP_BYTES)
+        covered: dict[int, str] = {}
+        for group, pages in zip(groups, pages_of, strict=True):
             # each segment is checked as it arrives, while the next ones are still on their way
-            checked = [_checked_segment(manifest, first, last, next(fetched)[1]) for first, last in group]
-            _, loose_last = next(fetched)
-            if not _vouched(checked, loose_last):
-                if loose_last is not None:  # the first loose events are read from the group's start: not this one again
-                    early.keep(group[-1][1], loose_last)
+            checked = []
+            for first, last in group:
+                data = next(fetched)[1]
+                assert not isinstance(data, dict)
+                checked.append(_checked_segment(manifest, first, last, data))
+            if any(segment is None for segment in checked):
+                break
+            for _ in range(pages):
+                page_md5s = next(fetched)[1]
+                assert isinstance(page_md5s, dict)
+                covered |= page_md5s
+            if not _vouched(checked, covered, cursor, end):
                 break
             for (first, last), segment in zip(group, checked, strict=True):
                 assert segment is not None  # vouched
@@ -904,6 +1001,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
                 for low in range(max(cursor - first, 0), high, _BATCH):
                     yield segment.events(manifest, low, min(low + _BATCH, high))
                 cursor = last + 1
+            covered = {seq: md5 for seq, md5 in covered.items() if seq >= cursor}  # what later groups may still need
         fetched.close()
         if end is not None and cursor > end:
             return
@@ -987,6 +1085,10 @@ def lineage_batches(
             ancestor = load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
+            if ancestor.meta.tombstone and not made_before_delete(ctx, manifest, ancestor):
+                raise IntegrityError(
+                    manifest.sid, None, f"fork of {parent.sid!r} made after its delete, or without its marker (planted)"
+                )
             last: RawEvent | None = None
             for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
                 if item[1]:

@@ -30,7 +30,6 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
 
 from . import _lifecycle
 from ._backends import ObjectInfo, ObjectMissing
@@ -163,14 +162,18 @@ def collect(
     if apply_lifecycle:
         report.requests += 1
     cutoff = now - grace
-    newest: list[tuple[str, str]] = []  # heap of (created, id): the ``keep`` newest ephemeral sessions
+    # heap of (when, id): the ``keep`` newest ephemeral sessions, by when the store stored each
+    # manifest (its listed LastModified). Not by the manifest's own ``created``: whoever may create a
+    # manifest writes that, and a planted one claiming the far future would outlast every real session
+    newest: list[tuple[datetime, str]] = []
     for session_id in list_sessions(ctx, prefix):
         report.sessions += 1
         live = _collect_session(ctx, session_id, deleter, report, rules, now, cutoff)
         if keep is not None and live is not None:
-            manifest = live or _manifest(ctx, session_id, report)
+            read, stored_at = live
+            manifest = read or _manifest(ctx, session_id, report)
             if isinstance(manifest, Manifest) and manifest.retention == "ephemeral":
-                heapq.heappush(newest, (manifest.created, session_id))
+                heapq.heappush(newest, (stored_at, session_id))
                 if len(newest) > keep:
                     _, oldest = heapq.heappop(newest)
                     _remove_for_keep(ctx, oldest, deleter, report)
@@ -199,9 +202,10 @@ def _collect_session(
     rules: list[_lifecycle.Rule],
     now: datetime,
     cutoff: datetime,
-) -> Manifest | Literal[False] | None:
+) -> tuple[Manifest | None, datetime] | None:
     """Collect one session. Returns None unless it is live; for a live one its manifest if
-    this read it, else False (its first LIST page showed nothing to collect)."""
+    this read it (else None: its first LIST page showed nothing to collect) and the manifest's
+    listed LastModified."""
     layout = ctx.layout
     prefix = layout.session_prefix(session_id)
     first_page = ctx.backend.list_page(prefix)
@@ -229,7 +233,7 @@ def _collect_session(
     )
     manifest = _manifest(ctx, session_id, report) if needs_manifest else None
     if "manifest" in names and not needs_manifest:
-        return False  # a live session with nothing to collect: its first page said so
+        return None, named["manifest"].last_modified  # a live session with nothing to collect: its first page said so
     if isinstance(manifest, _Unreadable):
         report.left_alone[session_id] = "its manifest does not decode (corrupt, or a newer format)"
         return None
@@ -260,7 +264,12 @@ def _collect_session(
     if "tombstone" in names:
         if named["tombstone"].last_modified > now - FENCE_HOLD:
             report.kept_young += len(named)  # fenced: stale writers' leases may still run
-        elif not live_forks(ctx, manifest.uid, [m for n in names if (m := parse_fork_marker(n)) is not None]):
+        elif not live_forks(
+            ctx,
+            manifest.uid,
+            [m for n in names if (m := parse_fork_marker(n)) is not None],
+            made_by=named["tombstone"].last_modified,  # a fork planted after the delete keeps nothing
+        ):
             remove_all("deleted")
         return None
     if first_seq is not None and first_seq > first_own:
@@ -270,7 +279,7 @@ def _collect_session(
     if manifest.base and first_seq is not None and first_seq <= manifest.base:
         _remove_earlier_incarnation(manifest, named, deleter, report, min(cutoff, now - FENCE_HOLD))
     if not rules and not any(n.startswith("forks/") for n in names):
-        return manifest  # read only to place the first seq of a fork: nothing to collect
+        return manifest, named["manifest"].last_modified  # read only to place the first seq of a fork: nothing to collect
     tags = ctx.tags_for(manifest.retention)
     for info in objects():
         name = info.key[len(prefix) :]
@@ -283,7 +292,7 @@ def _collect_session(
                 report.sessions_removed += 1  # the session is gone with its manifest
         elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(ctx, marker, manifest.uid, report):
             deleter.remove(info, "dead fork marker")
-    return manifest
+    return manifest, named["manifest"].last_modified
 
 
 def _remove_earlier_incarnation(

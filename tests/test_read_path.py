@@ -165,8 +165,9 @@ def test_every_event_is_read_once_when_its_segments_hold_and_loose_when_one_fail
     assert len(reader.context("s")) == 40
     gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
     assert sorted(gets) == sorted(set(gets))  # nothing read twice
-    # manifest, the two segments and the one loose event that vouches for both (32), the tail
-    assert counting.counts == {"GET": 1 + 2 + 1 + 8, "LIST": 2}
+    # manifest, the two segments, the tail; the non-event objects, the page of the loose events
+    # 1-32 (whose ETags vouch for both segments), the tail's
+    assert counting.counts == {"GET": 1 + 2 + 8, "LIST": 3}
     # a segment that fails its check: its group is passed over, and the loose events from the
     # group's first seq are read instead; the tail's GETs sent early (33..40) are the ones used
     memory.delete_many([store.layout.segment_key("s", 17, 32)])
@@ -174,9 +175,9 @@ def test_every_event_is_read_once_when_its_segments_hold_and_loose_when_one_fail
     counting.reset()
     assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(40)]
     gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
-    assert counting.counts == {"GET": 1 + 2 + 1 + 39, "LIST": 3}
-    # each loose event once: 32, read to vouch for the group, is not read again
-    assert sorted(int(g) for g in gets if g.isdigit()) == list(range(1, 41))
+    # the loose events listed from the group's first seq: one LIST more
+    assert counting.counts == {"GET": 1 + 2 + 40, "LIST": 4}
+    assert sorted(int(g) for g in gets if g.isdigit()) == list(range(1, 41))  # each loose event once
 
 
 def test_overlapping_segments_of_one_group_are_used_when_they_agree_where_they_overlap() -> None:
@@ -192,10 +193,10 @@ def test_overlapping_segments_of_one_group_are_used_when_they_agree_where_they_o
     counting = CountingStore(memory)
     reader = Store(counting)
     assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(14)]
-    # the chain 1-4, 3-10, 9-12 is one group, vouched by the loose event at 12; then a tail of 2
+    # the chain 1-4, 3-10, 9-12 is one group, vouched by the listing of the loose events 1-12; then a tail of 2
     segments = sorted(key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET" and "/segments/" in key)
     assert [tuple(int(seq) for seq in name.split("-")) for name in segments] == [(1, 4), (3, 10), (9, 12)]
-    assert counting.counts == {"GET": 1 + 3 + 1 + 2, "LIST": 2}
+    assert counting.counts == {"GET": 1 + 3 + 2, "LIST": 3}
 
 
 def test_a_group_of_segments_holds_no_more_than_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,10 +210,15 @@ def test_a_group_of_segments_holds_no_more_than_its_byte_budget(monkeypatch: pyt
     monkeypatch.setattr(_read, "_GROUP_BYTES", 2 * max(sizes) + min(sizes) // 2)  # two segments, not three
     counting = CountingStore(memory)
     assert [m["content"] for m in Store(counting).context("s")] == [f"m{i}" for i in range(40)]
+    # the five segments; the non-event objects, one page listing the 40 loose events, the (empty) tail
+    assert counting.counts == {"GET": 1 + 5, "LIST": 3}
+    # the groups are 1-16, 17-32, 33-40: a segment that fails its check passes over its group only
+    memory.delete_many([store.layout.segment_key("s", 25, 32)])
+    memory.create(store.layout.segment_key("s", 25, 32), b"evstore-segment\nnot a segment")
+    counting.reset()
+    assert [m["content"] for m in Store(counting).context("s")] == [f"m{i}" for i in range(40)]
     names = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET" and "/segments/" not in key]
-    loose = sorted(int(name) for name in names if name.isdigit())
-    assert loose == [16, 32, 40]  # one loose event vouches for each group: 1-16, 17-32, 33-40
-    assert counting.counts == {"GET": 1 + 5 + 3, "LIST": 2}
+    assert sorted(int(name) for name in names if name.isdigit()) == list(range(17, 41))
 
 
 def test_prefetching_keeps_the_weight_in_flight_within_its_budget() -> None:
@@ -264,7 +270,7 @@ def test_events_read_from_segments_equal_those_read_loose(encrypted: bool) -> No
     assert store.compact("s", segment_size=16) == [(1, 16), (17, 32)]
     counting = CountingStore(memory)
     from_segments = list(Store(counting, keyring=keyring).replay("s"))
-    assert counting.counts["GET"] == 1 + 3 + 8  # the manifest, two segments and the loose event at 32, a tail of 8
+    assert counting.counts["GET"] == 1 + 2 + 8  # the manifest, two segments, a tail of 8
     assert from_segments == loose
     assert [m["content"] for e in from_segments for m in e.messages] == [f"m{i}" for i in range(40)]
     ctx = store.shared

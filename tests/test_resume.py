@@ -118,21 +118,24 @@ def test_the_chain_measure_tells_parallel_requests_from_dependent_ones() -> None
 
 
 @pytest.mark.parametrize("length", [10, 1000, 5000, 10000])
-def test_resume_then_append_waits_on_at_most_four_round_trips_up_to_10000_events(length: int) -> None:
+def test_resume_then_append_waits_on_at_most_four_round_trips_to_5000_events_five_at_10000(length: int) -> None:
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", length)  # by default the writer compacted as it went
     delayed = DelayedStore(inner, 0.04)
     store = Store(delayed, root="root")
     writer, context = store.resume("s")
     writer.append(msg("next"))
-    assert delayed.chain() <= 4
+    # at 10,000: the segment GETs, the 10 LIST pages whose ETags vouch for them and the tail's 16
+    # GETs are more than the pool's 32 threads, so a few of the tail's GETs wait for a thread: 4 or 5
+    assert delayed.chain() <= (5 if length >= 10000 else 4)
     assert writer.head == length + 1 and len(context) == length
 
 
 def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
     """At 45,000 events a resume reads a chain of more segments than two groups of 8, but fewer
     than the pool's 32 threads. Two groups at a time made this 6 round trips with the append (7
-    with 1 KiB messages)."""
+    with 1 KiB messages); 4 before the 45 LIST pages whose ETags vouch for the segments' events,
+    which with the segment GETs no longer go out in two rounds of the pool's 32 threads: 5."""
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", 45_000)
     delayed = DelayedStore(inner, 0.04)
@@ -141,7 +144,7 @@ def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
     writer.append(msg("next"))
     segment_gets = [key for kind, key in counted.keys if kind == "GET" and ("/segments/" in key or "/young/" in key)]
     assert len(segment_gets) > 2 * 8
-    assert delayed.chain() <= 4
+    assert delayed.chain() <= 5
     assert writer.head == 45_001 and len(context) == 45_000
 
 
@@ -165,7 +168,8 @@ def test_resume_makes_no_duplicate_manifest_get_or_listing() -> None:
     store.resume("s")
     gets = [key for kind, key in counting.keys if kind == "GET"]
     assert len(gets) == len(set(gets))  # nothing read twice, the manifest once
-    assert counting.counts["LIST"] == 2 and counting.counts["HEAD"] == 0  # the non-event objects, the loose tail
+    # the non-event objects, the page of the loose events the segments cover, the loose tail
+    assert counting.counts["LIST"] == 3 and counting.counts["HEAD"] == 0
 
 
 def test_resume_of_a_fork_continues_after_the_inherited_events() -> None:

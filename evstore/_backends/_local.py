@@ -80,10 +80,17 @@ def _lstat(entry: os.DirEntry[str]) -> os.stat_result | None:
         return None  # removed since it was listed
 
 
-def _listed(key: str, info: os.stat_result | None) -> ObjectInfo:
+#: The extended attribute in which a write records its object's ETag (the MD5 of its bytes, as
+#: S3 gives it), so that a listing can give each object's ETag without reading it. Where the
+#: filesystem keeps no user attributes, or for an object written before, a listing gives "".
+_ETAG_XATTR = "user.evstore.etag"
+_XATTRS = hasattr(os, "setxattr")
+
+
+def _listed(key: str, info: os.stat_result | None, etag: str = "") -> ObjectInfo:
     if info is None:
         return ObjectInfo(key, 0, "", datetime.fromtimestamp(0, UTC))
-    return ObjectInfo(key, info.st_size, "", datetime.fromtimestamp(info.st_mtime, UTC))
+    return ObjectInfo(key, info.st_size, etag, datetime.fromtimestamp(info.st_mtime, UTC))
 
 
 class _NotADirectory(Exception):
@@ -313,6 +320,9 @@ class LocalStore(ObjectStore):
                     view = memoryview(data)
                     while view:
                         view = view[os.write(fd, view) :]
+                    if _XATTRS:
+                        with suppress(OSError):  # a filesystem without user attributes: listed without an ETag
+                            os.setxattr(fd, _ETAG_XATTR, etag_of(data).encode("ascii"))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -492,8 +502,39 @@ class LocalStore(ObjectStore):
         # truncated; another delimiter may fold many keys into one prefix: it reads them all.
         limit = max_keys + 1 if delimiter in ("", "/") else None
         chosen = self._select(prefix, start_after, limit, delimiter)
-        infos = {key: _listed(key, info) for key, info in chosen if not key.endswith("/")}
+        etags = self._listed_etags(chosen[:max_keys])
+        infos = {key: _listed(key, info, etags.get(key, "")) for key, info in chosen if not key.endswith("/")}
         return page_of([key for key, _ in chosen], infos.__getitem__, prefix, start_after, max_keys, delimiter)
+
+    def _listed_etags(self, chosen: list[tuple[str, os.stat_result | None]]) -> dict[str, str]:
+        """The ETag that each regular file of ``chosen`` carries in ``_ETAG_XATTR`` (none where it
+        carries none): a descriptor per directory, walked as every read walks it, then for each file
+        an open that never follows a symlink, a read of the attribute and a close."""
+        etags: dict[str, str] = {}
+        if not _XATTRS:
+            return etags
+        by_directory: dict[str, list[str]] = {}
+        for key, info in chosen:
+            if info is not None and stat.S_ISREG(info.st_mode):
+                directory, _, name = key.rpartition("/")
+                by_directory.setdefault(directory, []).append(name)
+        for directory, names in by_directory.items():
+            try:
+                dir_fd = self._open_dirs(["objects", *directory.split("/")] if directory else ["objects"])
+            except (OSError, _NotADirectory):
+                continue  # removed, or replaced by a link, since it was read: listed without ETags
+            try:
+                for name in names:
+                    with suppress(OSError):
+                        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+                        try:
+                            etag = os.getxattr(fd, _ETAG_XATTR).decode("ascii", "replace")
+                        finally:
+                            os.close(fd)
+                        etags[f"{directory}/{name}" if directory else name] = etag
+            finally:
+                os.close(dir_fd)
+        return etags
 
     # ---- deleting ------------------------------------------------------------------------
 
