@@ -5,8 +5,9 @@ Everything the command writes to a terminal passes ``neutral`` (``say``, ``say_j
 the error line), so no stored string (a session id, a manifest field, a key name, a message)
 can clear the screen, move the cursor or reorder what the eye reads.
 
-Import order in ``cli/``: ``_common`` imports no other module of the package; ``_output``
-imports it; ``_ecosystem`` imports both; ``_main`` imports all three. There is no circle.
+Import order in ``cli/``: ``_common`` imports no other module of the package; ``_output``,
+``_network`` and ``_doctor`` import it; ``_ecosystem`` imports ``_common`` and ``_output``;
+``_main`` imports them all. There is no circle.
 """
 
 from __future__ import annotations

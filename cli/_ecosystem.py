@@ -33,7 +33,7 @@ from evstore._formats import (
 from evstore._html import render_html
 from evstore._ids import validate_session_id
 
-from ._common import CommandError, Context, exit_code_for, say, say_json
+from ._common import CommandError, Context, exit_code_for, json_safe, say, say_json
 from ._output import event_lines, render_text, write_jsonl
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
@@ -204,6 +204,8 @@ def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -
         chunks: Iterator[bytes] = iter([encode_chatcli(render_chatcli(messages))])
     else:
         chunks = render_jsonl(messages)
+    if output == "-":  # a terminal perhaps: the same JSON, nothing in it acts on the terminal
+        chunks = map(json_safe, chunks)
     try:
         with _open_output(output) as out:
             for chunk in chunks:

@@ -327,7 +327,7 @@ def _writer(
 def create(state: Context, session: str, ephemeral: bool) -> None:
     """Start a new, empty SESSION (exit 4 if one lives); over a deleted one, a new session under its id."""
     writer = state.store.create(session, retention="ephemeral" if ephemeral else "permanent")
-    click.echo(f"created {session}: empty, its first event will be seq {writer.head + 1}")
+    say(f"created {session}: empty, its first event will be seq {writer.head + 1}")
 
 
 @cli.command()

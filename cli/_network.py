@@ -3,7 +3,7 @@
 
 Each option left out falls back to its environment variable (``EVSTORE_CONNECT_TIMEOUT``,
 ...), then to the library's default: the library reads the environment, so the two ways
-of setting a value cannot disagree. Imports only click and evstore (no other cli module).
+of setting a value cannot disagree. Imports click, evstore and ``_common`` (for ``say``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+
+from ._common import say
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +55,7 @@ def network_options(command: F) -> F:
 
 
 def note_retry(note: str) -> None:
-    click.echo(f"evstore: {note}", err=True)
+    say(f"evstore: {note}", err=True)  # the server's error code is shown, never obeyed
 
 
 def open_options(

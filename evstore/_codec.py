@@ -110,6 +110,11 @@ class Tombstone(msgspec.Struct, frozen=True):
     sid: str
     uid: str
     deleted: str
+    #: The forks (``child@uid``) alive when the session was deleted: the only ones that may read
+    #: its events from then on, and keep them from gc. Only an operator writes a tombstone (the
+    #: writer role may not), so a fork planted after the delete is not among them. None in
+    #: tombstones written before this field: their markers decide, as they did.
+    forks: list[str] | None = None
 
 
 class RekeyRecord(msgspec.Struct, frozen=True):

@@ -17,15 +17,26 @@ its manifest again before it acknowledges) and no fork that needs them.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 import msgspec
 
-from ._backends import ObjectExists
-from ._codec import ForkRef, Manifest, Retention, Tombstone, encode_json, encode_manifest, format_ts
+from ._backends import ObjectExists, PreconditionFailed
+from ._codec import (
+    MAX_SMALL_OBJECT_BYTES,
+    ForkRef,
+    Manifest,
+    Retention,
+    Tombstone,
+    encode_json,
+    encode_manifest,
+    fence_of,
+    format_ts,
+)
 from ._context import FENCE_HOLD, StoreContext
 from ._errors import InvalidInputError, SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ._manifests import new_manifest, require_free
-from ._read import MAX_FORK_DEPTH, find_head, is_fence, live_forks, load, read_meta, tombstoned
+from ._read import MAX_FORK_DEPTH, find_head, fork_points, is_fence, live_forks, load, read_meta, tombstoned
 
 #: How many seqs past the head ``delete`` tries for its fence, each taken by an append racing it.
 FENCE_ATTEMPTS = 1000
@@ -92,10 +103,10 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
         raise SessionNotFoundError(session_id, "was deleted", deleted=True)
     now = ctx.clock()
-    tombstone = encode_json(Tombstone(session_id, manifest.uid, format_ts(now)))
+    tombstone = encode_json(Tombstone(session_id, manifest.uid, format_ts(now), _alive(ctx, manifest.uid, loaded.meta.forks)))
     tags = ctx.tags_for(manifest.retention)
+    key = ctx.layout.tombstone_key(session_id)
     if not loaded.meta.tombstone:
-        key = ctx.layout.tombstone_key(session_id)
         try:
             ctx.create_once(key, tombstone, tags)
         except ObjectExists:
@@ -103,6 +114,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
                 raise SessionNotFoundError(session_id, "was deleted", deleted=True) from None
             ctx.backend.delete_many([key])  # an earlier incarnation's, left behind by the create of this one
             ctx.create_once(key, tombstone, tags)
+    _record_late_forks(ctx, session_id, manifest.uid, key, tags)
     seq = head + 1
     for _ in range(FENCE_ATTEMPTS):
         try:
@@ -113,6 +125,38 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     else:
         raise StoreUnavailableError(f"session {session_id!r}: {FENCE_ATTEMPTS} appends raced the delete; run it again")
     return DeleteResult(session_id, seq, forks_of(ctx, session_id, manifest.uid), format_ts(now + FENCE_HOLD))
+
+
+def _alive(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
+    """The markers (``child@uid``) of forks alive now: what a tombstone records (a GET each)."""
+    return sorted(f"{child}@{child_uid}" for child, child_uid in markers if fork_points(ctx, uid, [(child, child_uid)]))
+
+
+def _record_late_forks(ctx: StoreContext, session_id: str, uid: str, key: str, tags: Mapping[str, str]) -> None:
+    """Add to the tombstone the forks made while it was written (LIST, GET, a GET per new
+    marker, a conditional replace when there are any).
+
+    A fork stores its marker, then its manifest, then backs out if it finds a tombstone. One
+    whose marker this LIST misses, or whose manifest is not there yet, finds the tombstone and
+    backs out; every other one is listed here and recorded, so no fork alive after the delete
+    goes unrecorded. A tombstone from before tombstones recorded forks is left as it is.
+    """
+    for _ in range(FENCE_ATTEMPTS):
+        stored = ctx.backend.get(key, max_bytes=MAX_SMALL_OBJECT_BYTES)
+        tombstone = fence_of(stored.data)
+        if tombstone is None or tombstone.uid != uid or tombstone.forks is None:
+            return
+        markers = [m for m in read_meta(ctx, session_id).forks if f"{m[0]}@{m[1]}" not in tombstone.forks]
+        late = _alive(ctx, uid, markers)
+        if not late:
+            return
+        recorded = msgspec.structs.replace(tombstone, forks=sorted({*tombstone.forks, *late}))
+        try:
+            ctx.backend.replace(key, encode_json(recorded), etag=stored.etag, tags=tags)
+            return
+        except PreconditionFailed:
+            continue  # another run of this delete recorded first: read it again
+    raise StoreUnavailableError(f"session {session_id!r}: forks kept racing the delete; run it again")
 
 
 def purge(ctx: StoreContext, session_id: str) -> int:

@@ -29,8 +29,9 @@ from ._read import (
     first_own_seq,
     held_by_forks,
     is_fence,
-    keeping_forks,
+    live_forks,
     read_meta,
+    recorded_forks,
     salt_key,
     tombstoned,
 )
@@ -75,7 +76,7 @@ def claim(ctx: StoreContext, session_id: str) -> tuple[int, str | None]:
     meta = read_meta(ctx, session_id)
     if not tombstoned(ctx, manifest, meta):
         raise SessionExistsError(session_id)
-    if forks := keeping_forks(ctx, manifest, meta):
+    if meta.forks and (forks := live_forks(ctx, manifest.uid, meta.forks, recorded=recorded_forks(ctx, session_id))):
         raise SessionExistsError(session_id, held_by_forks(forks))
     head = find_head(ctx, Loaded(manifest, sha256_hex(stored.data), meta))
     if head < first_own_seq(manifest) or not is_fence(ctx, session_id, manifest.uid, head):

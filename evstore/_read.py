@@ -26,9 +26,8 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -335,7 +334,7 @@ def held_by_forks(forks: list[str]) -> str:
 def deleted(ctx: StoreContext, manifest: Manifest, meta: Meta) -> SessionNotFoundError:
     """The error for a deleted session whose objects remain: kept for live forks (a GET per
     fork marker), or until gc removes them."""
-    forks = keeping_forks(ctx, manifest, meta)
+    forks = live_forks(ctx, manifest.uid, meta.forks, recorded=recorded_forks(ctx, manifest.sid)) if meta.forks else []
     if forks:
         return SessionNotFoundError(manifest.sid, held_by_forks(forks), deleted=True, kept_for_forks=tuple(forks))
     return SessionNotFoundError(
@@ -459,61 +458,53 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
 
 
 def live_forks(
-    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, made_by: datetime | None = None
+    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, recorded: Collection[str] | None = None
 ) -> list[str]:
     """The forks named by ``markers`` whose manifests still exist and name this incarnation (a GET
-    each); with ``made_by`` (a deleted parent's tombstone time), only those whose manifests the
-    store stored at or before it (``made_before_delete``)."""
-    return sorted(fork_points(ctx, uid, markers, made_by=made_by))
-
-
-def keeping_forks(ctx: StoreContext, manifest: Manifest, meta: Meta) -> list[str]:
-    """The live forks that keep a deleted session's events (and its id): those whose manifests the
-    store stored no later than its tombstone, as gc and a fork's read decide (``made_before_delete``).
-    A HEAD of the tombstone, a GET per marker."""
-    try:
-        deleted_at = ctx.backend.head(ctx.layout.tombstone_key(manifest.sid)).last_modified
-    except ObjectMissing:
-        return []  # not deleted (any more): nothing is kept for forks
-    return live_forks(ctx, manifest.uid, meta.forks, made_by=deleted_at)
+    each); with ``recorded`` (a deleted parent's ``recorded_forks``), only those among them."""
+    return sorted(fork_points(ctx, uid, markers, recorded=recorded))
 
 
 def fork_points(
-    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, made_by: datetime | None = None
+    ctx: StoreContext, uid: str, markers: list[tuple[str, str]], *, recorded: Collection[str] | None = None
 ) -> dict[str, int]:
     """``live_forks``, each with its fork seq (as its manifest records it)."""
     live = {}
     for child, child_uid in markers:
+        if recorded is not None and f"{child}@{child_uid}" not in recorded:
+            continue  # made after the delete: planted, it keeps nothing
         try:
-            stored = ctx.backend.get(ctx.layout.manifest_key(validate_session_id(child)), max_bytes=MAX_SMALL_OBJECT_BYTES)
-            manifest = decode_manifest(stored.data, child)
-        except (InvalidInputError, IntegrityError, ObjectMissing):
-            continue  # not a marker evstore wrote, or a child that is gone or does not decode: it keeps nothing alive
-        parent = manifest.parent
-        ours = manifest.uid == child_uid and parent is not None and parent.uid == uid
-        if ours and parent is not None and (made_by is None or stored.last_modified <= made_by):
+            found = read_manifest(ctx, validate_session_id(child))
+        except (InvalidInputError, IntegrityError):
+            continue  # not a marker evstore wrote, or a child that does not decode: it keeps nothing alive
+        parent = found[0].parent if found is not None else None
+        if found is not None and found[0].uid == child_uid and parent is not None and parent.uid == uid:
             live[child] = parent.seq
     return live
 
 
-def made_before_delete(ctx: StoreContext, fork: Manifest, parent: Loaded) -> bool:
-    """Whether ``fork`` may read its deleted ``parent``'s events: evstore made it before the delete.
-
-    ``fork_manifest`` stores the marker, then the manifest, then backs out if the parent has a
-    tombstone; so a fork that outlived its parent's delete has a marker in the parent's listing
-    and a manifest the store stored (its LastModified: set by the store, not by who wrote it) no
-    later than the tombstone. A fork planted after the delete (the writer role may create any
-    name) fails one or the other, and the deleted history is not read through it. Two HEADs.
-    """
-    if (fork.sid, fork.uid) not in parent.meta.forks:
-        return False
-    layout = ctx.layout
+def recorded_forks(ctx: StoreContext, session_id: str) -> frozenset[str] | None:
+    """The forks (``child@uid``) a deleted session's tombstone records as alive at its delete
+    (one GET), which alone may read its events; None for a tombstone written before tombstones
+    recorded them (its fork markers decide). A tombstone that is gone or does not decode records
+    none: only an operator writes one."""
     try:
-        deleted = ctx.backend.head(layout.tombstone_key(parent.manifest.sid)).last_modified
-        made = ctx.backend.head(layout.manifest_key(fork.sid)).last_modified
+        data = ctx.backend.get(ctx.layout.tombstone_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES).data
     except ObjectMissing:
-        return False
-    return made <= deleted
+        return frozenset()
+    tombstone = fence_of(data)
+    if tombstone is None:
+        return frozenset()
+    return None if tombstone.forks is None else frozenset(tombstone.forks)
+
+
+def reads_deleted_parent(ctx: StoreContext, fork: Manifest, parent: Loaded) -> bool:
+    """Whether ``fork`` may read its deleted ``parent``'s events: the parent's tombstone records
+    it as alive at the delete, or (a tombstone from before that record) its marker is listed."""
+    recorded = recorded_forks(ctx, parent.manifest.sid)
+    if recorded is None:
+        return (fork.sid, fork.uid) in parent.meta.forks
+    return f"{fork.sid}@{fork.uid}" in recorded
 
 
 # ---- keys, decoding and opening ------------------------------------------------
@@ -1102,9 +1093,9 @@ def lineage_batches(
             ancestor = load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
-            if ancestor.meta.tombstone and not made_before_delete(ctx, manifest, ancestor):
+            if ancestor.meta.tombstone and not reads_deleted_parent(ctx, manifest, ancestor):
                 raise IntegrityError(
-                    manifest.sid, None, f"fork of {parent.sid!r} made after its delete, or without its marker (planted)"
+                    manifest.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)"
                 )
             last: RawEvent | None = None
             for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):

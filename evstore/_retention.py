@@ -38,7 +38,7 @@ from ._context import FENCE_HOLD, StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete
 from ._ids import parse_fork_marker, parse_segment, parse_seq, validate_session_id
-from ._read import Meta, first_own_seq, list_sessions, live_forks, read_manifest, tombstoned
+from ._read import Meta, first_own_seq, list_sessions, live_forks, read_manifest, recorded_forks, tombstoned
 
 #: gc never touches an object younger than this unless told otherwise.
 DEFAULT_GRACE = timedelta(days=1)
@@ -264,11 +264,8 @@ def _collect_session(
     if "tombstone" in names:
         if named["tombstone"].last_modified > now - FENCE_HOLD:
             report.kept_young += len(named)  # fenced: stale writers' leases may still run
-        elif not live_forks(
-            ctx,
-            manifest.uid,
-            [m for n in names if (m := parse_fork_marker(n)) is not None],
-            made_by=named["tombstone"].last_modified,  # a fork planted after the delete keeps nothing
+        elif not (markers := [m for n in names if (m := parse_fork_marker(n)) is not None]) or not live_forks(
+            ctx, manifest.uid, markers, recorded=recorded_forks(ctx, session_id)  # a fork planted after the delete keeps nothing
         ):
             remove_all("deleted")
         return None

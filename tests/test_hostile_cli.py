@@ -30,6 +30,7 @@ from evstore._codec import (
     encode_json,
     encode_manifest,
     format_ts,
+    pack_segment,
 )
 from evstore._read import read_manifest
 
@@ -177,6 +178,29 @@ def test_replay_jsonl_writes_bidi_marks_as_json_escapes(bucket: Bucket) -> None:
     assert "[2] user: look\\x1b[2J" in text.stdout
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "chatcli"])
+def test_export_to_stdout_writes_control_characters_as_json_escapes(bucket: Bucket, tmp_path: Path, fmt: str) -> None:
+    bucket.store.open("s").append(msg(f"look{ESCAPES}here"))
+    result = clean(bucket.run("export", "s", "--format", fmt))
+    assert result.exit_code == 0 and "\\u202e" in result.stdout
+    to_file = clean(bucket.run("export", "s", "--format", fmt, "-o", str(tmp_path / "out")))
+    assert to_file.exit_code == 0 and "\u202e".encode() in (tmp_path / "out").read_bytes()  # a file: as written
+    if fmt == "jsonl":  # the same JSON values either way
+        assert [msgspec.json.decode(line) for line in result.stdout.splitlines()] == [
+            msgspec.json.decode(line) for line in (tmp_path / "out").read_bytes().splitlines()
+        ]
+    else:
+        assert msgspec.json.decode(result.stdout) == msgspec.json.decode((tmp_path / "out").read_bytes())
+
+
+def test_a_retry_note_shows_what_the_server_said_as_visible_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from evstore_cli._network import note_retry
+
+    note_retry(f"GET 'k': {ESCAPES} (HTTP 503); retrying in 0.1 s (attempt 2 of 3)")
+    err = capsys.readouterr().err
+    assert not RAW.search(err) and err.startswith("evstore: GET 'k': \\x1b[2J")
+
+
 def test_an_error_line_shows_what_it_quotes_as_visible_text(bucket: Bucket) -> None:
     error = CommandError(f"cannot read {ESCAPES}\nsecond line", 2)
     assert error.format_message() == "cannot read \\x1b[2J\\x1b]0;owned\\x07\\u202e second line"
@@ -221,6 +245,20 @@ def test_a_forged_event_breaking_the_message_schema_is_an_integrity_error_at_its
         list(bucket.store.replay("s"))
     with pytest.raises(IntegrityError, match=f"seq {seq} .*not a valid message"):
         bucket.store.context("s")
+
+
+def test_a_forged_event_breaking_the_message_schema_inside_a_segment_is_an_integrity_error(bucket: Bucket) -> None:
+    """A segment holding it fails its own check (each event passes decode_envelope, as a loose
+    one does), so the loose events stand for it and the loose event's decode refuses it: the
+    same one line, never the forged message printed or a TypeError."""
+    seq = bucket.forge_next("s", {"role": "assistant", "tool_calls": 5})
+    found = read_manifest(bucket.store.shared, "s")
+    assert found is not None
+    events = [(n, bucket.backend.get(f"sessions/s/{n:020d}").data) for n in range(1, seq + 1)]
+    bucket.plant(f"sessions/s/segments/{1:020d}-{seq:020d}", pack_segment("s", found[0].uid, events))
+    for args in (["replay", "s"], ["verify", "s"]):
+        line = one_line_error(clean(bucket.run(*args)), 5)
+        assert f"at seq {seq} of session 's'" in line and "message 0 is not a valid message" in line, (args, line)
 
 
 def test_a_sealed_body_breaking_the_message_schema_is_an_integrity_error() -> None:
@@ -339,6 +377,17 @@ def test_a_fifo_or_device_as_the_input_file_is_refused_at_once(bucket: Bucket, t
     done = run_process(bucket, "import", "t", path, "--format", "jsonl")
     assert done.returncode == 2, done.stderr
     assert done.stderr.decode().splitlines() == [f"evstore: input file {path!r} is not a regular file"]
+    assert list(bucket.store.list_sessions()) == ["s"]
+
+
+@pytest.mark.parametrize("args", [["append", "t"], ["append", "t", "--jsonl"], ["append", "t", "--json"]])
+def test_dev_zero_as_appends_standard_input_is_read_bounded(bucket: Bucket, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVSTORE_")}
+    command = [sys.executable, "-m", "evstore_cli", "--store", bucket.path.as_uri(), *args]
+    with open("/dev/zero", "rb") as zeros:
+        done = subprocess.run(command, stdin=zeros, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(r"evstore: input exceeds the limit of \d+ bytes\n", done.stderr.decode())
     assert list(bucket.store.list_sessions()) == ["s"]
 
 

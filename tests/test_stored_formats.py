@@ -10,9 +10,7 @@ after an upgrade fails here."""
 from __future__ import annotations
 
 import base64
-import os
 import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,26 +49,15 @@ def _expected(version: str) -> dict[str, Any]:
     return result
 
 
-#: When the copies say every fixture object was stored. A checkout keeps no store times (git
-#: stores none), and a read compares some: a fork of a deleted parent reads its events only if
-#: the store stored the fork's manifest no later than the parent's tombstone (``_read.made_before_delete``).
-#: One instant for all keeps that true of the fork the fixture made before the delete.
-STORED = datetime(2026, 1, 2, 4, 0, tzinfo=UTC)
-
-
 def _copy_of(version: str, tmp_path: Path) -> LocalStore:
-    """The fixture's store, copied, every object stored at ``STORED``: reading may create the
-    store's tmp/ beside it, never in the repository."""
+    """The fixture's store, copied: reading may create the store's tmp/ beside it, never in the repository."""
     shutil.copytree(FIXTURES / version / "store", tmp_path / "store")
-    for path in (tmp_path / "store").rglob("*"):
-        if path.is_file():
-            os.utime(path, (STORED.timestamp(), STORED.timestamp()))
     return LocalStore(tmp_path / "store")
 
 
 def _in_memory(local: LocalStore) -> MemoryStore:
-    """The same objects, byte for byte with their metadata, in a memory store (stored at ``STORED``)."""
-    memory = MemoryStore(clock=lambda: STORED)
+    """The same objects, byte for byte with their metadata, in a memory store."""
+    memory = MemoryStore()
     for info in local.list(""):
         stored = local.get(info.key)
         memory.create(info.key, stored.data, metadata=stored.metadata)
