@@ -23,23 +23,12 @@ from evstore._crypto import seal
 from evstore._ids import MAX_SEQ, format_seq, seq_after
 from evstore._read import session_key
 
-from .conftest import new_bucket
+from . import test_hostile_bucket
 from .helpers import Clock, CountingStore, msg
 from .test_hostile_bucket import KEYRING, CreateOnly, Scene, plant_plaintext_after_head
 
-
-@pytest.fixture(params=["memory", "local", "moto_server"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    if request.param == "memory":
-        return MemoryStore()
-    if request.param == "local":
-        return LocalStore(tmp_path / "store")
-    return new_bucket(request.getfixturevalue("moto_endpoint"))
-
-
-@pytest.fixture(params=["plaintext", "encrypted"])
-def keyring(request: pytest.FixtureRequest) -> Keyring | None:
-    return KEYRING if request.param == "encrypted" else None
+backend = test_hostile_bucket.backend  # the same stores and keyrings as the first round's attacks
+keyring = test_hostile_bucket.keyring
 
 
 @pytest.fixture
