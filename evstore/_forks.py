@@ -91,8 +91,9 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     """Delete a session: every read says so at once, and no append lands after this returns.
 
     Requests: GET manifest with the LIST of its non-event objects, the head's LIST
-    (``find_head``), PUT tombstone, PUT fence (one more per append that races it), a HEAD per
-    fork marker. Nothing is removed here: gc removes the objects once ``removable_after`` has
+    (``find_head``), a GET per fork marker (the forks the tombstone records), PUT tombstone,
+    then ``_record_late_forks`` (GET tombstone, LIST), PUT fence (one more per append that races
+    it). Nothing is removed here: gc removes the objects once ``removable_after`` has
     passed and no fork reads them. Running it again finishes a delete that was interrupted
     between its tombstone and its fence (one GET more); after a complete one it raises
     ``SessionNotFoundError``.
@@ -114,7 +115,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
                 raise SessionNotFoundError(session_id, "was deleted", deleted=True) from None
             ctx.backend.delete_many([key])  # an earlier incarnation's, left behind by the create of this one
             ctx.create_once(key, tombstone, tags)
-    _record_late_forks(ctx, session_id, manifest.uid, key, tags)
+    recorded = _record_late_forks(ctx, session_id, manifest.uid, key, tags)
     seq = head + 1
     for _ in range(FENCE_ATTEMPTS):
         try:
@@ -124,7 +125,8 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
             seq += 1  # an append landed there first: it is part of what is deleted
     else:
         raise StoreUnavailableError(f"session {session_id!r}: {FENCE_ATTEMPTS} appends raced the delete; run it again")
-    return DeleteResult(session_id, seq, forks_of(ctx, session_id, manifest.uid), format_ts(now + FENCE_HOLD))
+    forks = forks_of(ctx, session_id, manifest.uid) if recorded is None else sorted(f.rpartition("@")[0] for f in recorded)
+    return DeleteResult(session_id, seq, forks, format_ts(now + FENCE_HOLD))
 
 
 def _alive(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[str]:
@@ -132,9 +134,12 @@ def _alive(ctx: StoreContext, uid: str, markers: list[tuple[str, str]]) -> list[
     return sorted(f"{child}@{child_uid}" for child, child_uid in markers if fork_points(ctx, uid, [(child, child_uid)]))
 
 
-def _record_late_forks(ctx: StoreContext, session_id: str, uid: str, key: str, tags: Mapping[str, str]) -> None:
-    """Add to the tombstone the forks made while it was written (LIST, GET, a GET per new
-    marker, a conditional replace when there are any).
+def _record_late_forks(
+    ctx: StoreContext, session_id: str, uid: str, key: str, tags: Mapping[str, str]
+) -> list[str] | None:
+    """Add to the tombstone the forks made while it was written (GET, LIST, a GET per new
+    marker, a conditional replace when there are any); return what it then records, or None
+    for a tombstone that records none.
 
     A fork stores its marker, then its manifest, then backs out if it finds a tombstone. One
     whose marker this LIST misses, or whose manifest is not there yet, finds the tombstone and
@@ -145,15 +150,15 @@ def _record_late_forks(ctx: StoreContext, session_id: str, uid: str, key: str, t
         stored = ctx.backend.get(key, max_bytes=MAX_SMALL_OBJECT_BYTES)
         tombstone = fence_of(stored.data)
         if tombstone is None or tombstone.uid != uid or tombstone.forks is None:
-            return
+            return None
         markers = [m for m in read_meta(ctx, session_id).forks if f"{m[0]}@{m[1]}" not in tombstone.forks]
         late = _alive(ctx, uid, markers)
         if not late:
-            return
-        recorded = msgspec.structs.replace(tombstone, forks=sorted({*tombstone.forks, *late}))
+            return tombstone.forks
+        recorded = sorted({*tombstone.forks, *late})
         try:
-            ctx.backend.replace(key, encode_json(recorded), etag=stored.etag, tags=tags)
-            return
+            ctx.backend.replace(key, encode_json(msgspec.structs.replace(tombstone, forks=recorded)), etag=stored.etag, tags=tags)
+            return recorded
         except PreconditionFailed:
             continue  # another run of this delete recorded first: read it again
     raise StoreUnavailableError(f"session {session_id!r}: forks kept racing the delete; run it again")

@@ -173,6 +173,13 @@ class Loaded(msgspec.Struct, frozen=True):
     def first_own(self) -> int:
         return first_own_seq(self.manifest)
 
+    @property
+    def sealed_only(self) -> bool:
+        """Whether the session takes only sealed events: fixed by its manifest (a key id) or a
+        salt object (encrypted by rekey), never by the events found (anyone who may create
+        objects can plant one). Readers refuse a plaintext event in it; writers never write one."""
+        return self.manifest.kid is not None or self.meta.salted
+
 
 class RawEvent(msgspec.Struct, frozen=True, gc=False):
     session_id: str
@@ -901,7 +908,7 @@ def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | N
             index += 1
         while ready:
             last, first = -ready[0][0], -ready[0][1]
-            if last >= reach and 2 * (min(last, last if end is None else end) - reach + 1) >= last - first + 1:
+            if last >= reach and 2 * ((last if end is None else min(last, end)) - reach + 1) >= last - first + 1:
                 break
             heapq.heappop(ready)  # it can never be chosen: drop it
         else:
@@ -1110,7 +1117,7 @@ def lineage_batches(
                         manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
                     )
         prev = parent.hash if start <= parent.seq + 1 else None
-    encrypted = manifest.kid is not None or loaded.meta.salted or ctx.require_encryption
+    encrypted = loaded.sealed_only or ctx.require_encryption
     sealed_before = False
     for batch in own_batches(ctx, loaded, start, end):
         for index, raw in enumerate(batch):

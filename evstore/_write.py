@@ -120,7 +120,7 @@ class Session:
         #: The ``prev`` of the session's first own event (``origin``); by default ``head_hash``, the
         #: head of a writer that starts before the session's first own event.
         self._origin = head_hash if origin is None else origin
-        #: Whether the session takes only sealed events (``sealed``: ``sealed_only`` of what the
+        #: Whether the session takes only sealed events (``sealed``: ``Loaded.sealed_only`` of what the
         #: caller loaded); by default whether its manifest names a key. Never decided by the events found.
         self._sealed = manifest.kid is not None if sealed is None else sealed
         #: The bytes of this session's newest own events that this writer read or wrote: what it packs
@@ -286,7 +286,7 @@ class Session:
         if loaded.manifest.uid != self.manifest.uid:
             raise SessionNotFoundError(self.id, "was deleted and created again", deleted=True)
         self._lease_from = started
-        self._sealed = self._sealed or sealed_only(loaded)  # a rekey may have encrypted it meanwhile
+        self._sealed = self._sealed or loaded.sealed_only  # a rekey may have encrypted it meanwhile
         return loaded
 
     def _lease_lapsed(self) -> bool:
@@ -296,7 +296,7 @@ class Session:
 
     def _seal_key(self) -> tuple[str | None, AESGCM | None]:
         """The key id and key this writer seals its next event with; never none in a session
-        that takes only sealed events (``sealed_only``), whatever its events say."""
+        that takes only sealed events (``Loaded.sealed_only``), whatever its events say."""
         kid = self._seal_kid
         if kid is None:
             if self._ctx.require_encryption:
@@ -403,13 +403,6 @@ def top_level(size: int) -> int:
     return size * int(COMPACTION_FANOUT ** (COMPACTION_LEVELS - 1))
 
 
-def sealed_only(loaded: Loaded) -> bool:
-    """Whether the session takes only sealed events: fixed by its manifest (a key id) or a salt
-    object (encrypted by rekey), never by the events found (anyone who may create objects can
-    plant one)."""
-    return loaded.manifest.kid is not None or loaded.meta.salted
-
-
 def origin(loaded: Loaded) -> tuple[int, str]:
     """(seq, hash) the session's first own event follows: a fork's seq and the parent's event
     there, or the session's base and its manifest."""
@@ -425,7 +418,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     A session keeps sealing under the key id of its newest event (its
     manifest's at first), so rotating the active key never mixes keys
     into an old session; ``rekey`` moves it to the active key. A plaintext
-    head in a session that takes only sealed events (``sealed_only``) is refused
+    head in a session that takes only sealed events (``Loaded.sealed_only``) is refused
     (``IntegrityError``), as reads refuse it: no writer continues it.
     """
     manifest = loaded.manifest
@@ -435,7 +428,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
     raw = _read.decode_at(ctx, manifest, head, data)
-    if raw.envelope.body is not None and sealed_only(loaded):
+    if raw.envelope.body is not None and loaded.sealed_only:
         raise IntegrityError(manifest.sid, head, "plaintext event in an encrypted session (forged, or written before a rekey)")
     if raw.envelope.kid is not None and ctx.keyring.get(raw.envelope.kid) is not None:
         _read.open_body(ctx, manifest, raw)  # a wrong key under the right id must not seal what follows
@@ -480,7 +473,7 @@ def open_session(
         loaded.manifest,
         *head_state(ctx, loaded, _read.find_head(ctx, loaded)),
         origin=origin(loaded)[1],
-        sealed=sealed_only(loaded),
+        sealed=loaded.sealed_only,
     )
 
 
@@ -596,7 +589,7 @@ def resume(
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
             own.append(raw)
-    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=sealed_only(loaded))
+    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
     for raw in own:
         session._know(raw.seq, raw.envelope.idem)

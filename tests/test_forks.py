@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import msgspec
 import pytest
 
 from evstore import (
@@ -15,7 +16,8 @@ from evstore import (
     SessionNotFoundError,
     Store,
 )
-from evstore._codec import Manifest
+from evstore._codec import Manifest, encode_json, fence_of
+from evstore._forks import _record_late_forks
 from evstore._read import decode_raw, read_manifest
 
 from .helpers import CountingStore, msg
@@ -226,3 +228,36 @@ def test_a_fork_whose_inherited_tail_is_missing_is_an_integrity_error(memory_sto
     memory_store.backend.delete_many([memory_store.layout.event_key("p", 4), memory_store.layout.event_key("p", 5)])
     with pytest.raises(IntegrityError, match="up to the fork seq are missing"):
         list(memory_store.replay("f"))
+
+
+def test_delete_records_the_forks_alive_in_the_tombstone_and_they_still_read(store: Store) -> None:
+    filled(store, "p", 3)
+    store.fork("p", "f", at=2).append(msg("own"))
+    result = store.delete("p")
+    assert result.kept_for_forks == ["f"]
+    tombstone = fence_of(store.backend.get(store.layout.tombstone_key("p")).data)
+    assert tombstone is not None and tombstone.forks == [f"f@{manifest_of(store, 'f').uid}"]
+    assert contents(store, "f") == ["m0", "m1", "own"]
+
+
+def test_a_fork_made_while_the_tombstone_was_written_is_added_to_it() -> None:
+    """The race ``_record_late_forks`` closes: a fork whose marker the delete's first listing
+    missed (here: a tombstone that records no fork, as that delete wrote it) is found by the
+    listing after the tombstone and added to it by a conditional replace; then it reads its
+    parent's events."""
+    store = Store(MemoryStore(), root="r")
+    filled(store, "p", 3)
+    store.fork("p", "late", at=2)
+    store.delete("p")
+    key = store.layout.tombstone_key("p")
+    stored = store.backend.get(key)
+    missed = fence_of(stored.data)
+    assert missed is not None
+    store.backend.replace(key, encode_json(msgspec.structs.replace(missed, forks=[])), etag=stored.etag)
+    with pytest.raises(IntegrityError, match="not one its delete kept"):
+        contents(store, "late")
+    uid = manifest_of(store, "late").uid
+    assert _record_late_forks(store.shared, "p", missed.uid, key, {}) == [f"late@{uid}"]
+    recorded = fence_of(store.backend.get(key).data)
+    assert recorded is not None and recorded.forks == [f"late@{uid}"]
+    assert contents(store, "late") == ["m0", "m1"]
