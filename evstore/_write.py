@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -127,7 +128,7 @@ class Session:
         #: into segments as seqs reach level boundaries (see ``_compact_levels``).
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
-        self._recent_limit = min(COMPACTION_MEMORY_EVENTS, top_level(ctx.auto_compact or 0))
+        self._recent_limit = recent_limit(ctx)
         #: Idempotency key -> seq, for the events this writer wrote, or read and verified (``_verify``).
         self._keys: dict[str, int] = {}
         self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
@@ -398,6 +399,11 @@ class Session:
         raise WriteConflictError(self.id, seq)
 
 
+def recent_limit(ctx: StoreContext) -> int:
+    """How many of its session's newest events a writer holds for automatic compaction."""
+    return min(COMPACTION_MEMORY_EVENTS, top_level(ctx.auto_compact or 0))
+
+
 def top_level(size: int) -> int:
     """The events in a segment of automatic compaction's top level, for base size ``size``."""
     return size * int(COMPACTION_FANOUT ** (COMPACTION_LEVELS - 1))
@@ -583,16 +589,21 @@ def resume(
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
     head, head_hash, seal_kid = head_state(ctx, loaded, 0)
     folder = ContextFolder()
-    own: list[_read.RawEvent] = []
+    keys: dict[str, int] = {}
+    # what the writer keeps of the events it read: their idempotency keys, and the bytes of the
+    # newest ones for automatic compaction; never every event (the context holds the messages)
+    recent: deque[tuple[int, bytes]] = deque(maxlen=recent_limit(ctx))
     for manifest, raw in _read.lineage(ctx, loaded, 1, None):
         folder.add(raw.seq, _read.open_body(ctx, manifest, raw))
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
-            own.append(raw)
+            if raw.envelope.idem is not None:
+                keys.setdefault(raw.envelope.idem, raw.seq)
+            recent.append((raw.seq, raw.data))
     session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
-    for raw in own:
-        session._know(raw.seq, raw.envelope.idem)
-    for raw in own[-session._recent_limit :]:
-        session._remember(raw.seq, raw.data)
+    for key, seq in keys.items():
+        session._know(seq, key)
+    for seq, data in recent:
+        session._remember(seq, data)
     return session, folder.messages(repair)

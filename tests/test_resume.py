@@ -235,3 +235,27 @@ async def test_the_async_api_resumes_too() -> None:
     async with AsyncStore(store) as astore:
         writer, context = await astore.resume("s")
         assert len(context) == 5 and await writer.append(msg("x")) == 6
+
+
+def test_resume_holds_about_what_the_context_holds_not_every_event_it_read() -> None:
+    """The writer keeps the idempotency keys and the newest events' bytes for compaction, not
+    every ``RawEvent``: a resume's peak memory is within 1.3x the context's alone (it was 1.75x
+    at 20,000 events of 1 KiB, and grew with the length)."""
+    import tracemalloc
+
+    store = Store(MemoryStore())
+    writer = store.open("long", create=True)
+    for i in range(12_000):
+        writer.append(msg(f"{i:08d} " + "x" * 1000))
+
+    def peak(read: Any) -> int:
+        tracemalloc.start()
+        try:
+            kept = read()
+            return tracemalloc.get_traced_memory()[1] + 0 * len(kept)  # what it returns counts
+        finally:
+            tracemalloc.stop()
+
+    context = peak(lambda: store.context("long"))
+    resumed = peak(lambda: store.resume("long"))
+    assert resumed <= 1.3 * context, (resumed, context)
