@@ -49,6 +49,7 @@ from ._codec import (
     decode_body,
     decode_envelope,
     decode_manifest,
+    expand_segment,
     fence_of,
     header_aad,
     segment_offsets,
@@ -102,6 +103,10 @@ _GROUP_BYTES = 32 * 1024 * 1024
 #: Names per LIST page of the loose events a chain of segments covers (S3's most): the pages
 #: go out side by side with the segment GETs, one per this many events (``_listed_md5s``).
 _LISTED = 1000
+#: A segment is worth its GET when at least half its events are wanted, or at least this many:
+#: fewer loose GETs than that cost less than its bytes, more cost more (compaction retires the
+#: lower levels inside a higher one, so a range inside a long segment has no shorter one to take).
+_WORTH_EVENTS = 32
 #: Checking a segment holds the GIL; it gives it up (``time.sleep(0)``, about 90 us) every this
 #: many events. A thread that waits for it (one reading a GET's body, one sending a GET) would
 #: otherwise wait up to a switch interval (5 ms) for it at every read of its socket.
@@ -730,11 +735,13 @@ class _EarlyGets:
 
 
 def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
-    """A segment's bytes; None when it is gone, too large or unreadable (the loose events stand for it)."""
+    """A segment's packed bytes (decompressed); None when it is gone, too large or unreadable
+    (the loose events stand for it)."""
     try:
-        return ctx.backend.get(key, max_bytes=MAX_SEGMENT_BYTES).data
+        stored = ctx.backend.get(key, max_bytes=MAX_SEGMENT_BYTES).data
     except (ObjectMissing, IntegrityError):
         return None
+    return expand_segment(stored, MAX_SEGMENT_BYTES)
 
 
 class _CheckedSegment:
@@ -888,8 +895,8 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
 def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, int]]:
     """The segments (first, last) to read from seq ``cursor`` to ``end``, chosen greedily: at
     each seq, the segment that covers it and reaches furthest (of two that reach as far, the
-    shorter) among those worth their GET — at least half of their events wanted (a short or late
-    range reads its few loose events). Pure.
+    shorter) among those worth their GET — at least half of their events wanted, or
+    ``_WORTH_EVENTS`` (a short or late range reads its few loose events). Pure.
 
     One pass over ``segments`` in order of first seq, and a heap of those that start by the seq
     reached: a segment that no longer covers it, or is no longer worth its GET, never is again
@@ -908,7 +915,8 @@ def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | N
             index += 1
         while ready:
             last, first = -ready[0][0], -ready[0][1]
-            if last >= reach and 2 * ((last if end is None else min(last, end)) - reach + 1) >= last - first + 1:
+            wanted = (last if end is None else min(last, end)) - reach + 1
+            if last >= reach and (2 * wanted >= last - first + 1 or wanted >= _WORTH_EVENTS):
                 break
             heapq.heappop(ready)  # it can never be chosen: drop it
         else:

@@ -45,6 +45,7 @@ from ._codec import (
     Retention,
     RewindBody,
     b64encode,
+    compress_segment,
     encode_body,
     encode_json,
     format_ts,
@@ -69,11 +70,11 @@ if TYPE_CHECKING:
 #: An idempotency key is recognised among this many of the session's newest events (or any the writer read).
 IDEMPOTENCY_WINDOW = 64
 #: Each level of automatic compaction packs this many segments of the level below.
-COMPACTION_FANOUT = 4
+COMPACTION_FANOUT = 8
 #: Automatic compaction writes this many levels: 32, 128, 512 and 2,048 events at the default size.
 #: Segments stop there, so a long session resumes from many segments fetched and checked side by
 #: side (9 at 10,000 events) rather than from one large one that is read, then checked, serially.
-COMPACTION_LEVELS = 4
+COMPACTION_LEVELS = 3
 #: A writer holds the bytes of at most this many of its session's newest events for compaction
 #: (fewer when its top level is smaller), and at most this many bytes of them.
 COMPACTION_MEMORY_EVENTS = 8192
@@ -129,6 +130,7 @@ class Session:
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
         self._recent_limit = recent_limit(ctx)
+        self._may_retire = True  # until a DELETE of retired segments is refused
         #: Idempotency key -> seq, for the events this writer wrote, or read and verified (``_verify``).
         self._keys: dict[str, int] = {}
         self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
@@ -360,24 +362,54 @@ class Session:
 
     def _compact_levels(self, seq: int, size: int) -> None:
         """LSM-style segments, so the loose tail stays short at every length: at each multiple
-        of ``size`` the last ``size`` events become a segment, at each multiple of ``size * 4``
-        the last ``size * 4``, and so on. Each segment is written once, with the bytes this writer
-        holds (what it appended, or read when it resumed); a level whose events it does not hold
-        is left to ``compact``. ``COMPACTION_LEVELS`` levels: amortized, at most ``1/size * 4/3``
-        PUTs per append (1.0415 at 32). The levels below the top are named newest first
-        (``young/``), so a reader lists the few it needs, not one per ``size`` events.
+        of ``size`` the last events become one segment, of the highest level that seq ends (the
+        last ``size``, or at each multiple of ``size * 4`` the last ``size * 4``, and so on, up to
+        ``COMPACTION_LEVELS`` levels), written once, with the bytes this writer holds (what it
+        appended, or read when it resumed); a level whose events it does not hold is left to
+        ``compact``. The levels below the top are named newest first (``young/``), so a reader
+        lists the few it needs, not one per ``size`` events.
+
+        A segment of a higher level retires the lower ones inside it (``_retire``): each event is
+        then in at most one segment per level, and in the end in one top-level segment only.
+        Amortized at the default size: one segment PUT per 32 appends and one DELETE per 128
+        (1.039 requests per append).
 
         Segments are derived and the append has already succeeded, so a failed segment PUT (a
         role without the right, a flaky store) is dropped: readers use the loose events."""
-        level, top = size, top_level(size)
-        while seq % level == 0 and level <= len(self._recent):  # it holds at most a top level's events
-            first = seq - level + 1
-            run = [(s, self._recent[s]) for s in range(first, seq + 1) if s in self._recent]
-            if len(run) != level:
-                return
-            with contextlib.suppress(EvstoreError):
-                _write_segment(self._ctx, self.manifest, run, lower=level < top)
-            level *= COMPACTION_FANOUT
+        top = top_level(size)
+        level = 0
+        reach = size
+        while reach <= top and seq % reach == 0 and reach <= len(self._recent):  # it holds at most a top level
+            level, reach = reach, reach * COMPACTION_FANOUT
+        if not level:
+            return
+        first = seq - level + 1
+        run = [(s, self._recent[s]) for s in range(first, seq + 1) if s in self._recent]
+        if len(run) != level:
+            return
+        with contextlib.suppress(EvstoreError):
+            if _write_segment(self._ctx, self.manifest, run, lower=level < top) and level > size:
+                self._retire(seq, size, level)
+
+    def _retire(self, seq: int, size: int, level: int) -> None:
+        """Remove the lower-level segments that the new segment of ``level`` ending at ``seq``
+        covers: three per level below it (those of its last child level's children were never
+        written, a higher level being written at their end). One DELETE, best effort: a role
+        that may not delete (the writer role of ``infra/iam``) leaves them to ``gc``, and stops
+        trying. A reader that listed one of them before it went reads the loose events there
+        instead: the same history, at more requests."""
+        if not self._may_retire:
+            return
+        keys = []
+        lower = size
+        while lower < level:
+            ends = [seq - k * lower for k in range(1, COMPACTION_FANOUT)]
+            keys += [self._ctx.layout.young_key(self.id, end - lower + 1, end) for end in ends]
+            lower *= COMPACTION_FANOUT
+        try:
+            self._ctx.backend.delete_many(keys)
+        except EvstoreError:
+            self._may_retire = False
 
     def _resolve_taken(self, seq: int, write_id: str, idempotency_key: str | None) -> bytes:
         """A 412 at ``seq``: our own earlier attempt (lost response) is success; so is the same
@@ -544,15 +576,20 @@ def compact(ctx: StoreContext, session_id: str, *, segment_size: int = 1000) -> 
 
 
 def _write_segment(ctx: StoreContext, manifest: Manifest, run: list[tuple[int, bytes]], *, lower: bool = False) -> bool:
-    """PUT a segment of the run of events (once: another writer or compactor may have made it),
-    under ``young/`` for a ``lower`` level of automatic compaction (see ``Layout.young_key``);
-    False for a run too large to be read back as one segment (its loose events serve)."""
+    """PUT a segment of the run of events, under ``young/`` for a ``lower`` level of automatic
+    compaction (see ``Layout.young_key``); whether this call made it: False for a run too large to
+    be read back as one segment (its loose events serve), or when the name was taken (another
+    writer or compactor made it, or someone planted an object there)."""
     data = pack_segment(manifest.sid, manifest.uid, run)
     if len(data) > MAX_SEGMENT_BYTES:
         return False
     name = ctx.layout.young_key if lower else ctx.layout.segment_key
-    with contextlib.suppress(ObjectExists):
-        ctx.backend.create(name(manifest.sid, run[0][0], run[-1][0]), data, tags=ctx.tags_for(manifest.retention))
+    try:
+        ctx.backend.create(
+            name(manifest.sid, run[0][0], run[-1][0]), compress_segment(data), tags=ctx.tags_for(manifest.retention)
+        )
+    except ObjectExists:
+        return False
     return True
 
 

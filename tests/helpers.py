@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from evstore import ObjectStore
+from evstore import ObjectStore, StoreUnavailableError
 from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
 from evstore._ids import parse_segment
 
@@ -89,6 +89,15 @@ class CountingStore(ObjectStore):
     def abort_upload(self, key: str, upload_id: str) -> None:
         self._note("DELETE", key)
         self.inner.abort_upload(key, upload_id)
+
+
+class NoDeletes(CountingStore):
+    """A backend as the writer role of ``infra/iam`` sees it: every DELETE is refused (S3
+    answers a DeleteObjects it denies with an error per key)."""
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        self._note("DELETE", next(iter(keys), ""))
+        raise StoreUnavailableError("delete refused: access denied (AccessDenied)")
 
 
 def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:

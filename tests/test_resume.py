@@ -193,15 +193,18 @@ def test_amortized_requests_per_append_stay_at_most_1_05_by_default() -> None:
     store = Store(counting, root="root")
     writer = store.open("s", create=True)
     counting.reset()
-    appends = 8192  # the top level (2,048) four times: a fifth level would show here
+    appends = 8192 + 300  # the top level (2,048) four times: a fourth level would show here; then young ones
     for i in range(appends):
         writer.append(msg(f"m{i}"))
-    assert counting.counts["PUT"] / appends <= 1.05
-    assert counting.total == counting.counts["PUT"]  # appending reads nothing
+    # one segment PUT per 32 appends, one DELETE of the segments it retires per 256
+    assert counting.counts["PUT"] == appends + appends // 32
+    assert counting.counts["DELETE"] == appends // 256
+    assert counting.total / appends <= 1.04
+    assert counting.total == counting.counts["PUT"] + counting.counts["DELETE"]  # appending reads nothing
     assert store.info("s").segments > 0
-    # four levels, and none above: a long session resumes from segments of at most 2,048 events;
-    # the top level under segments/, the three below it young (see tests/test_young_segments.py)
-    assert segment_sizes(counting.inner, "root/sessions/s/") == {"segments": {2048}, "young": {32, 128, 512}}
+    # three levels, and none above: a long session resumes from segments of at most 2,048 events;
+    # the top level under segments/, the two below it young (see tests/test_young_segments.py)
+    assert segment_sizes(counting.inner, "root/sessions/s/") == {"segments": {2048}, "young": {32, 256}}
 
 
 def test_the_loose_tail_stays_short_by_default_so_replay_needs_few_requests() -> None:
@@ -215,11 +218,11 @@ def test_the_loose_tail_stays_short_by_default_so_replay_needs_few_requests() ->
 
 def test_a_writer_that_resumed_keeps_compacting_what_it_read() -> None:
     store = Store(MemoryStore(), root="root")
-    written(store, "s", 100)
+    written(store, "s", 200)
     writer, _ = store.resume("s")
-    for i in range(28):  # to seq 128: a level-1 segment of 128 events needs the 100 it read
+    for i in range(56):  # to seq 256: a level-1 segment of 256 events needs the 200 it read
         writer.append(msg(f"n{i}"))
-    assert store.backend.head(store.layout.young_key("s", 1, 128)).size > 0
+    assert store.backend.head(store.layout.young_key("s", 1, 256)).size > 0
 
 
 def test_compaction_can_be_turned_off() -> None:
