@@ -104,6 +104,11 @@ class Manifest(msgspec.Struct, omit_defaults=True, frozen=True):
     #: Seqs up to ``base`` belong to earlier incarnations of the id (a deleted session and its
     #: fence): this one's events start after it, so no seq slot is ever used twice.
     base: int = 0
+    #: A fork's ancestors above its parent, nearest first: the ``parent`` each one's manifest
+    #: names, so that a reader loads them all at once instead of one after another. A hint: each
+    #: is used only where the manifest it stands for says the same. Empty for a session that is
+    #: no fork, and in forks made before it was recorded (or of one of those): readers walk.
+    ancestry: tuple[ForkRef, ...] = ()
 
 
 class Tombstone(msgspec.Struct, frozen=True):

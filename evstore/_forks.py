@@ -63,7 +63,9 @@ def fork_manifest(
     depth = 1 if grandparent is None or grandparent.copied else max(grandparent.depth, 1) + 1
     if depth > MAX_FORK_DEPTH:
         raise InvalidInputError(f"forks may nest at most {MAX_FORK_DEPTH} deep: fork {source!r}'s root session instead")
-    manifest = new_manifest(ctx, target, retention, ForkRef(source, parent.uid, at, at_hash, depth=depth))
+    ancestry = () if grandparent is None or grandparent.copied else (grandparent, *parent.ancestry)
+    ref = ForkRef(source, parent.uid, at, at_hash, depth=depth)
+    manifest = new_manifest(ctx, target, retention, ref, ancestry)
     require_free(ctx, target)
     layout = ctx.layout
     marker = layout.fork_marker_key(source, target, manifest.uid)

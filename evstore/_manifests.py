@@ -37,7 +37,9 @@ from ._read import (
 )
 
 
-def new_manifest(ctx: StoreContext, session_id: str, retention: Retention, parent: ForkRef | None) -> Manifest:
+def new_manifest(
+    ctx: StoreContext, session_id: str, retention: Retention, parent: ForkRef | None, ancestry: tuple[ForkRef, ...] = ()
+) -> Manifest:
     """A fresh manifest: a random uid, the active key id and a new salt when a key is configured."""
     if retention not in RETENTIONS:
         raise InvalidInputError(f"retention must be permanent or ephemeral, not {retention!r:.40}")
@@ -53,6 +55,7 @@ def new_manifest(ctx: StoreContext, session_id: str, retention: Retention, paren
         parent,
         kid,
         b64encode(new_salt()) if kid is not None else None,
+        ancestry=ancestry,
     )
 
 

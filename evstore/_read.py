@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -320,12 +320,45 @@ def load(
     validate_session_id(session_id)
     listings = [] if found else _send_listings(ctx, session_id, upto, every)  # with the manifest GET
     found = found or read_manifest(ctx, session_id)
+    return _loaded(ctx, session_id, found, listings or _send_listings(ctx, session_id, upto, every), deleted_ok)
+
+
+class _SentLoad(msgspec.Struct, frozen=True):
+    """A ``load`` whose requests are on their way (``send_load``): nothing has waited for them."""
+
+    session_id: str
+    manifest: Future[tuple[Manifest, str] | None]
+    listings: list[Future[list[ObjectInfo]]]
+
+
+def send_load(ctx: StoreContext, session_id: str, *, upto: int | None = None) -> _SentLoad:
+    """Send the requests of ``load`` (the manifest GET, the listings) to the pool, and return at
+    once; ``finish_load`` waits for them. The pool runs them as leaves (none waits for another),
+    so any number may be sent together."""
+    validate_session_id(session_id)
+    return _SentLoad(
+        session_id, ctx.executor().submit(read_manifest, ctx, session_id), _send_listings(ctx, session_id, upto, False)
+    )
+
+
+def finish_load(ctx: StoreContext, sent: _SentLoad) -> Loaded:
+    """What ``load(..., deleted_ok=True)`` returns, from the requests ``send_load`` sent."""
+    return _loaded(ctx, sent.session_id, sent.manifest.result(), sent.listings, True)
+
+
+def _loaded(
+    ctx: StoreContext,
+    session_id: str,
+    found: tuple[Manifest, str] | None,
+    listings: list[Future[list[ObjectInfo]]],
+    deleted_ok: bool,
+) -> Loaded:
     if found is None:
         for listing in listings:
             listing.cancel()
         raise gone(ctx, session_id)
     manifest, genesis = found
-    meta = _meta_of(ctx, session_id, listings or _send_listings(ctx, session_id, upto, every))
+    meta = _meta_of(ctx, session_id, listings)
     if meta.tombstone and not tombstoned(ctx, manifest, meta):
         meta = msgspec.structs.replace(meta, tombstone=False)  # an earlier incarnation's, left behind
     if meta.tombstone and not deleted_ok:
@@ -1081,8 +1114,80 @@ def lineage(
             yield manifest, raw
 
 
+#: An ancestor's inherited range of at most this many events is fetched by its event GETs, sent
+#: with its manifest's (no listing first); a longer one is read as any session is (``own_batches``).
+_SHORT_RANGE = _WORTH_EVENTS
+
+
+class _Ahead(msgspec.Struct, frozen=True):
+    """An ancestor's requests sent before the walk reaches it (``_send_ancestors``): the ``ref``
+    the fork's ``ancestry`` gives for it, its load, and the GETs of its own events ``low`` to
+    ``high`` when that range is short (else none)."""
+
+    ref: ForkRef
+    load: _SentLoad
+    low: int
+    high: int
+    events: list[Future[bytes | None]]
+
+
+def _send_ancestors(ctx: StoreContext, manifest: Manifest, start: int, end: int | None) -> dict[str, _Ahead]:
+    """For a fork whose manifest records its ``ancestry``: every ancestor's load, and the event
+    GETs of each short inherited range, all sent at once (leaves on the pool). Their ranges are
+    computed from the refs, as the walk will find them if the refs are true; where they are not,
+    the walk loads what it finds instead, and what was sent here is dropped unused. Keyed by
+    session id; empty for a session that is no fork."""
+    parent = manifest.parent
+    if parent is None or parent.copied:
+        return {}
+    refs = [parent, *manifest.ancestry]
+    pool = ctx.executor()
+    ahead: dict[str, _Ahead] = {}
+    upto = end
+    for ref, above in zip(refs, [*manifest.ancestry, None], strict=True):
+        if ref.copied or ref.sid in ahead or start > ref.seq:
+            break
+        upto = ref.seq if upto is None else min(ref.seq, upto)  # what the walk reads of this ancestor
+        low = max(start, above.seq + 1 if above is not None and not above.copied else 1)
+        events = []
+        if 0 < upto - low + 1 <= _SHORT_RANGE:  # read from these GETs: no young segment is listed for it
+            events = [pool.submit(get_event_bytes, ctx, ref.sid, seq) for seq in range(low, upto + 1)]
+        ahead[ref.sid] = _Ahead(ref, send_load(ctx, ref.sid, upto=None if events else upto), low, upto, events)
+    return ahead
+
+
+def _drop(ahead: dict[str, _Ahead]) -> None:
+    """Cancel what was sent ahead and is no longer wanted (running requests finish unread)."""
+    for item in ahead.values():
+        futures: list[Future[Any]] = [item.load.manifest, *item.load.listings, *item.events]
+        for future in futures:
+            future.cancel()
+    ahead.clear()
+
+
+def _short_range(manifest: Manifest, first_own: int, item: _Ahead) -> Iterator[list[RawEvent]]:
+    """An ancestor's own events ``item.low`` to ``item.high`` from the GETs sent ahead, as
+    ``own_batches`` yields them: a missing event before one that is there is a hole (expiry
+    where it is the first); where none is there from some seq on, the events just end there."""
+    for index, seq in enumerate(range(item.low, item.high + 1)):
+        data = item.events[index].result()
+        if data is None:
+            if all(later.result() is None for later in item.events[index + 1 :]):
+                return
+            if seq == first_own:
+                raise SessionExpiredError(manifest.sid, f"its first events are gone (seq {seq} is missing)")
+            raise IntegrityError(manifest.sid, seq, "event is missing (a hole in the log)")
+        yield [decode_raw(manifest, seq, data)]
+
+
 def lineage_batches(
-    ctx: StoreContext, loaded: Loaded, start: int, end: int | None, *, _descendants: tuple[str, ...] = ()
+    ctx: StoreContext,
+    loaded: Loaded,
+    start: int,
+    end: int | None,
+    *,
+    _descendants: tuple[str, ...] = (),
+    _ahead: dict[str, _Ahead] | None = None,
 ) -> Iterator[tuple[Manifest, list[RawEvent]]]:
     """Events of the session and its ancestors in [start, end], in order, with the chain checked,
     as lists of events of one session (``own_batches``); a list holds only events that passed,
@@ -1095,7 +1200,18 @@ def lineage_batches(
     session is encrypted (its manifest names a key, a rekey left a salt, or an
     earlier event is sealed), and whenever the store requires encryption, a
     plaintext event is refused.
+
+    The walk goes from parent to parent as each manifest names it; a fork's recorded ancestry
+    only sends the ancestors' requests ahead (``_send_ancestors``), all in one round, and each
+    is used only for the session, incarnation, fork seq and range the walk itself arrives at.
     """
+    if _ahead is None:
+        ahead = _send_ancestors(ctx, loaded.manifest, start, end)
+        try:
+            yield from lineage_batches(ctx, loaded, start, end, _descendants=_descendants, _ahead=ahead)
+        finally:
+            _drop(ahead)
+        return
     manifest = loaded.manifest
     parent = manifest.parent
     lineage_ids = (*_descendants, f"{manifest.sid}@{manifest.uid}")
@@ -1105,7 +1221,11 @@ def lineage_batches(
             raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
         if start <= parent.seq:
             inherited_end = min(parent.seq, end) if end is not None else parent.seq
-            ancestor = load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
+            sent = _ahead.get(parent.sid)  # its short range, if any, is taken when the walk is there
+            if sent is not None and (sent.ref != parent or sent.high != inherited_end):
+                _drop({parent.sid: _ahead.pop(parent.sid)})  # the ancestry named another incarnation, or fork seq
+                sent = None
+            ancestor = finish_load(ctx, sent.load) if sent else load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
             if ancestor.meta.tombstone and not reads_deleted_parent(ctx, manifest, ancestor):
@@ -1113,7 +1233,7 @@ def lineage_batches(
                     manifest.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)"
                 )
             last: RawEvent | None = None
-            for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids):
+            for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids, _ahead=_ahead):
                 if item[1]:
                     last = item[1][-1]
                 yield item
@@ -1127,7 +1247,13 @@ def lineage_batches(
         prev = parent.hash if start <= parent.seq + 1 else None
     encrypted = loaded.sealed_only or ctx.require_encryption
     sealed_before = False
-    for batch in own_batches(ctx, loaded, start, end):
+    short = _ahead.pop(manifest.sid, None) if _descendants else None  # sent ahead for this ancestor
+    batches = (
+        _short_range(manifest, loaded.first_own, short)
+        if short is not None and short.events and short.low == max(start, loaded.first_own)
+        else own_batches(ctx, loaded, start, end)
+    )
+    for batch in batches:
         for index, raw in enumerate(batch):
             envelope = raw.envelope
             failure = None
