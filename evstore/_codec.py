@@ -366,7 +366,7 @@ def fence_of(data: bytes) -> Tombstone | None:
 # A segment is the exact bytes of a run of events, so the chain and GCM tags
 # check them as they check loose events: b"evstore-segment\n", one JSON header
 # line (session id, uid, first seq, the length of each event), the bytes.
-# Since 0.4 it is stored as one zstd frame of those bytes (``compress_segment``);
+# Automatic compaction and ``compact`` store it as one zstd frame of those bytes (``compress_segment``);
 # a reader takes either (``expand_segment``).
 
 _SEGMENT_MAGIC = b"evstore-segment\n"
