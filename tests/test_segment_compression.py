@@ -8,6 +8,7 @@ import msgspec
 import zstandard
 
 from evstore import MemoryStore, Store
+from evstore._backends import StoredObject
 from evstore._codec import MAX_SEGMENT_BYTES, compress_segment, expand_segment, pack_segment
 
 from .helpers import CountingStore, msg
@@ -83,3 +84,23 @@ def test_a_planted_bomb_in_place_of_a_segment_is_passed_over() -> None:
     bomb = zstandard.ZstdCompressor().compress(b"\0" * (MAX_SEGMENT_BYTES + 1))
     backend.create(f"sessions/s/segments/{1:020d}-{40:020d}", bomb)
     assert [e.messages[0]["content"] for e in store.replay("s")] == [transcript(i)["content"] for i in range(40)]
+
+
+def test_a_reader_racing_a_retirement_reads_the_loose_events_instead() -> None:
+    """A segment listed, then retired by its writer before the reader's GET: the GET finds it
+    missing and the reader takes those events loose; the same history."""
+    memory = MemoryStore()
+    store = Store(memory)
+    writer = store.open("s", create=True)
+    for i in range(250):  # young segments of 32 events up to 224, none retired yet
+        writer.append(transcript(i))
+
+    class RetiredMeanwhile(CountingStore):
+        def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+            if "/young/" in key:
+                self.inner.delete_many([key])
+            return super().get(key, max_bytes=max_bytes)
+
+    racing = RetiredMeanwhile(memory)
+    assert [e.messages[0]["content"] for e in Store(racing).replay("s")] == [transcript(i)["content"] for i in range(250)]
+    assert racing.counts["GET"] > 200  # the loose events, read instead
