@@ -1374,6 +1374,19 @@ def list_sessions(ctx: StoreContext, prefix: str = "", *, start_after: str = "",
         after = page.next_start_after
 
 
+def _follow_on(prefix: str, page: ListPage) -> str | None:
+    """``_list_on`` for a page listed with delimiter "/", whose last entry may be a common prefix
+    (``<seq>/``, junk among the events, or ``young/`` past them): where the LIST after the
+    truncated ``page`` starts, past its last entry and any junk after it; None when no event can
+    follow. Pure."""
+    last = max(page.objects[-1].key if page.objects else "", page.prefixes[-1] if page.prefixes else "")
+    name = last[len(prefix) :]
+    if not last or parse_seq(name) is not None:
+        return page.next_start_after
+    after = seq_after(name)
+    return None if after is None else max(prefix + after, page.next_start_after)
+
+
 def follow(
     ctx: StoreContext,
     session_id: str,
@@ -1386,14 +1399,18 @@ def follow(
 ) -> Iterator[Event]:
     """Events after seq ``after`` as other writers append them, until ``should_stop()``.
 
-    Each poll is one LIST with ``StartAfter`` = the last seen event's key, so it
-    costs the same whatever the session's length; new events are then read
-    (``concurrency`` GETs at a time), opened, and chained to the previous
-    one (to event ``after`` too when ``after_hash`` is given). ``sleep(interval)``
-    runs between polls that found the log's end. ``SessionNotFoundError`` once
-    the session is deleted: the same listing shows its tombstone, or no longer
-    its manifest. For a fork, ``after`` must be at least the fork seq (the
-    inherited events are the parent's; ``replay`` reads them).
+    Each poll is one LIST with ``StartAfter`` = the last seen event's key and delimiter "/":
+    the new events, then the session's other names, where ``forks/``, ``rekeys/``,
+    ``segments/`` and ``young/`` are one common prefix each, so an idle poll lists the manifest
+    and at most six other entries whatever the session's length (without the delimiter it
+    listed every segment: a full page of 1,000 keys, about 290 KB from S3, past 24,000 events).
+    New events are then read (``concurrency`` GETs at a time), opened, and chained to the
+    previous one (to event ``after`` too when ``after_hash`` is given). ``sleep(interval)``
+    runs between polls that found the log's end. ``SessionNotFoundError`` once the session is
+    deleted: the same listing shows its tombstone, or no longer its manifest. Names planted
+    past the events that fill the page are paged over (a LIST per 1,000 of them) to see those
+    two. For a fork, ``after`` must be at least the fork seq (the inherited events are the
+    parent's; ``replay`` reads them).
     """
     loaded = load(ctx, session_id)
     if after < loaded.first_own - 1:
@@ -1406,9 +1423,18 @@ def follow(
     pool = ctx.executor()
     start: str | None = layout.event_key(session_id, last)  # seq 0 is never an event
     while not should_stop():
-        page = ctx.backend.list_page(prefix, start_after=start or layout.event_key(session_id, last))
+        page = ctx.backend.list_page(prefix, start_after=start or layout.event_key(session_id, last), delimiter="/")
         names = [info.key[len(prefix) :] for info in page.objects]
-        if "tombstone" in names:
+        last_entry = max(names[-1] if names else "", page.prefixes[-1][len(prefix) :] if page.prefixes else "")
+        start = None  # the next poll lists from the last event, unless this page ended among the events:
+        if page.truncated and last_entry <= _LAST_SEQ_NAME:
+            start = _follow_on(prefix, page)  # then at once from past it, and past any junk it ended in
+        others = [name for name in names if name > _LAST_SEQ_NAME]
+        rest = page
+        while start is None and rest.truncated:  # the events end here, and planted names fill the page after them
+            rest = ctx.backend.list_page(prefix, start_after=rest.next_start_after, delimiter="/")
+            others += [name for info in rest.objects if (name := info.key[len(prefix) :]) in ("manifest", "tombstone")]
+        if "tombstone" in others:
             raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
         seqs = [seq for seq in map(parse_seq, names) if seq is not None]
         fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
@@ -1424,10 +1450,7 @@ def follow(
             last, prev_hash = seq, raw.hash
             if should_stop():
                 return
-        if not page.truncated and "manifest" not in names:
-            raise SessionNotFoundError(session_id, "was deleted", deleted=True)
-        start = None  # the next poll lists from the last event, unless this page ended among the events:
-        if page.truncated and names and names[-1] <= _LAST_SEQ_NAME:
-            start = _list_on(prefix, page)  # then at once from past it, and past any junk it ended in
         if start is None:
+            if "manifest" not in others:
+                raise SessionNotFoundError(session_id, "was deleted", deleted=True)
             sleep(interval)

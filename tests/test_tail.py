@@ -22,9 +22,11 @@ from evstore_cli import cli
 from evstore_cli._ecosystem import follow
 
 from evstore import IntegrityError, LocalStore, MemoryStore, SessionNotFoundError, Store
+from evstore._backends import ListPage
 from evstore._backends._s3 import S3Store
 
 from .conftest import new_bucket
+from .helpers import CountingStore
 
 SAFETY_SECONDS = 60  # every follow loop below also ends after this, whatever happens
 
@@ -121,6 +123,114 @@ def test_a_poll_with_new_events_lists_once_and_reads_only_them(store: Store, bac
     assert got == ["new1", "new2"]
     # between the two sleeps: the writer's 2 PUTs (made in the first sleep), then one LIST and a GET per new event
     assert polls[1] - polls[0] == Counter({"PutObject": 2, "ListObjectsV2": 1, "GetObject": 2})
+
+
+class ListingStore(CountingStore):
+    """``CountingStore`` that also records, for each LIST, the session-relative names it returned
+    (objects and common prefixes, in key order): S3 sends about 250-300 bytes per entry."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.listed: list[list[str]] = []
+
+    def reset(self) -> None:
+        super().reset()
+        self.listed.clear()
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        page = super().list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        self.listed.append(sorted([o.key[len(prefix) :] for o in page.objects] + [p[len(prefix) :] for p in page.prefixes]))
+        return page
+
+
+def _idle_polls(session_length: int, polls: int = 3) -> list[tuple[Counter[str], list[list[str]]]]:
+    """(requests, names listed by each LIST) of each idle poll of a follower at the head of a
+    session of ``session_length`` events, written with the default compaction (segments/ and young/)."""
+    counting = ListingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.open("s", create=True)
+    for i in range(session_length):
+        writer.append(msg(f"m{i}"))
+    counting.reset()
+    seen: list[tuple[Counter[str], list[list[str]]]] = []
+
+    def sleep(_: float) -> None:
+        seen.append((Counter(counting.counts), list(counting.listed)))
+        counting.reset()
+
+    assert list(store.follow("s", after=session_length, sleep=sleep, should_stop=lambda: len(seen) > polls)) == []
+    return seen[1:]  # the first includes the follower's load
+
+
+def test_an_idle_poll_lists_a_handful_of_names_at_any_session_length() -> None:
+    """Without the delimiter an idle poll listed every name after the events: 4 at 100 events,
+    123 at 3,000, a full page of 1,000 (about 290 KB from S3) past 24,000."""
+    short, long = _idle_polls(100), _idle_polls(3000)
+    assert short == [(Counter({"LIST": 1}), [["manifest", "young/"]])] * 3
+    assert long == [(Counter({"LIST": 1}), [["manifest", "segments/", "young/"]])] * 3
+
+
+def _session_with_names_after_the_events(names: list[str]) -> tuple[ListingStore, Store]:
+    counting = ListingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.open("s", create=True)
+    for i in range(3):
+        writer.append(msg(f"m{i}"))
+    for name in names:
+        counting.inner.create(f"root/sessions/s/{name}", b"")
+    return counting, store
+
+
+def _follow_until_deleted(counting: ListingStore, store: Store) -> list[Counter[str]]:
+    """Follow at the head, delete the session in the second sleep: the requests of the idle poll
+    between, and the SessionNotFoundError it must end with."""
+    polls: list[Counter[str]] = []
+
+    def sleep(_: float) -> None:
+        polls.append(Counter(counting.counts))
+        counting.reset()
+        if len(polls) == 2:
+            store.delete("s")
+            counting.reset()
+
+    with pytest.raises(SessionNotFoundError, match="was deleted"):
+        list(store.follow("s", after=3, sleep=sleep, should_stop=lambda: len(polls) > 5))
+    return polls
+
+
+def test_follow_sees_a_delete_past_more_segment_names_than_a_page() -> None:
+    """1,200 young/ names (empty: no segments) stand for a session of about 30,000 events: the
+    tombstone sorts after them, and a page without the delimiter never reached it."""
+    counting, store = _session_with_names_after_the_events([f"young/{i:020d}-{i:020d}" for i in range(1200)])
+    polls = _follow_until_deleted(counting, store)
+    assert polls[1] == Counter({"LIST": 1})
+    (after_delete,) = counting.listed  # one LIST: the fence at seq 4, then the tombstone among a few names
+    assert after_delete == ["00000000000000000004", "manifest", "tombstone", "young/"]
+
+
+def test_follow_sees_the_manifest_expire_past_more_segment_names_than_a_page() -> None:
+    """Lifecycle expiry removes the manifest first; with 1,200 young/ names after it the poll's
+    page was truncated before, and a truncated page was never checked for the manifest."""
+    counting, store = _session_with_names_after_the_events([f"young/{i:020d}-{i:020d}" for i in range(1200)])
+    polls: list[int] = []
+
+    def sleep(_: float) -> None:
+        polls.append(1)
+        if len(polls) == 2:
+            counting.inner.delete_many(["root/sessions/s/manifest"])
+
+    with pytest.raises(SessionNotFoundError):
+        list(store.follow("s", after=3, sleep=sleep, should_stop=lambda: len(polls) > 5))
+    assert len(polls) == 2
+
+
+def test_names_planted_after_the_events_are_paged_over_to_see_the_manifest_and_tombstone() -> None:
+    """1,500 names without a slash between the seqs and ``manifest`` fill the poll's page: the
+    poll pages on (a LIST per 1,000 of them) to see whether the session is still there."""
+    counting, store = _session_with_names_after_the_events([f"junk{i:05d}" for i in range(1500)])
+    polls = _follow_until_deleted(counting, store)
+    assert polls[1] == Counter({"LIST": 2})
+    assert [len(names) for names in counting.listed] == [1000, 503]  # the fence, 1,500 names, manifest, tombstone
 
 
 def test_follow_ends_when_the_session_is_deleted() -> None:

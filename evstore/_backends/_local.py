@@ -23,6 +23,12 @@ Containment (nothing is read, written, listed or deleted outside ``<dir>``):
   ``lstat`` size, and deleting it removes the link, not its target.
 * ``<dir>`` itself is trusted as given (it may be reached through symlinks).
 
+Listing: a LIST with delimiter "/" (the sessions, or one session's names) of a directory of
+``INDEX_FROM`` names or more bisects an index of its sorted names, kept while the directory's
+stamp (mtime, ctime, size, inode) stays the same and made only once its timestamps have stood
+still ``SETTLE_SECONDS``: O(page) per page, not O(names in the directory). Other listings read
+the directory whole for each page, in O(page) memory.
+
 A temporary file is removed whatever becomes of the write; one that a killed
 process left behind is swept when the store is next opened.
 """
@@ -35,7 +41,10 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
 import time
+from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -107,6 +116,68 @@ def _close(fd: int) -> None:
 
 #: How many names ``LocalStore.list`` takes per read of a directory.
 LIST_CHUNK = 5000
+
+
+#: A directory listed with delimiter "/" (the ``sessions/`` directory, one session's) that holds at
+#: least this many names is indexed: its names are kept sorted, so a page bisects them and reads
+#: only its own entries. A smaller directory is read whole for each page (at most two pages' worth).
+INDEX_FROM = 2000
+#: The names the indexes hold together, at most (about 80 MB): the least recently used index goes
+#: first, and a directory with more names than this is read whole for each page (memory O(page)).
+INDEX_NAMES = 1 << 20
+#: How long a directory's timestamps must have stood still before an index of it is trusted. A
+#: directory's mtime and ctime change with every name created or removed in it, but two changes
+#: within one tick of the filesystem's clock (a few ms; 1-2 s on some filesystems) leave the same
+#: timestamps: a listing that began within that tick of the last change could miss a name the
+#: timestamps then would not show. Either rule below rules that out: the timestamps are older than
+#: this by the wall clock (a filesystem that stamps with this host's clock: a local one), or a stat
+#: showed the same timestamps this long (by this process's clock) before the listing began.
+SETTLE_SECONDS = 2.0
+_wall_ns = time.time_ns
+_monotonic = time.monotonic
+
+
+class _Index(msgspec.Struct, frozen=True):
+    """What a store knows of one directory: the stamp (device, inode, mtime, ctime, size, links) a
+    stat gave, when (``_monotonic``, just after that stat), and, once trusted, its names sorted as
+    their keys sort (a directory's name with "/" after it), else None."""
+
+    stamp: tuple[int, ...]
+    seen: float
+    names: list[str] | None = None
+
+
+def _stamp(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size, info.st_nlink)
+
+
+def _from_index(
+    fd: int, base: str, names: list[str], partial: str, start_after: str, limit: int | None
+) -> list[tuple[str, os.stat_result | None]]:
+    """``_scan`` without recursion, from the sorted ``names`` of the directory ``fd``: a bisection
+    and then only the entries the page returns (each file's own ``lstat``)."""
+    if start_after.startswith(base):
+        after = start_after[len(base) :]
+    elif base > start_after:
+        after = ""
+    else:
+        return []
+    chosen: list[tuple[str, os.stat_result | None]] = []
+    for index in range(max(bisect_right(names, after), bisect_left(names, partial)), len(names)):
+        name = names[index]
+        if not name.startswith(partial):
+            break  # the names that start with it are contiguous, and passed
+        if name.endswith("/"):
+            chosen.append((base + name, None))
+        else:
+            try:
+                info: os.stat_result | None = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                info = None  # removed since it was indexed
+            chosen.append((base + name, info))
+        if limit is not None and len(chosen) >= limit:
+            break
+    return chosen
 
 
 def _first(item: tuple[str, os.stat_result | None]) -> str:
@@ -198,6 +269,9 @@ class LocalStore(ObjectStore):
             ) from None
         except OSError as exc:
             raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
+        self._indexes: OrderedDict[str, _Index] = OrderedDict()
+        self._indexed = 0  # names held by the indexes
+        self._index_lock = threading.Lock()
         self._sweep_tmp()
 
     def _sweep_tmp(self) -> None:
@@ -469,9 +543,11 @@ class LocalStore(ObjectStore):
 
         With delimiter "/" only the directory ``prefix`` falls in is read, and its directories
         come back as "name/"; otherwise every non-directory below it is a key, and a symlinked
-        directory is never entered. Memory is O(limit) whatever the directory holds: names are
-        compared as they are read and at most ``2 * limit`` kept (``_Smallest``); the directory
-        is read whole each time (O(N) names read per page, none of them held).
+        directory is never entered. With delimiter "/" a directory of ``INDEX_FROM`` names or more
+        is read from its index (``_sorted_names``): a stat of it, a bisection, and a stat per
+        file listed, O(page) whatever it holds (the index holds its names). Otherwise memory is O(limit) whatever the
+        directory holds: names are compared as they are read and at most ``2 * limit`` kept
+        (``_Smallest``); the directory is read whole each time (O(N) names read per page).
         """
         directory, _, partial = prefix.rpartition("/")
         names = directory.split("/") if directory else []
@@ -487,14 +563,56 @@ class LocalStore(ObjectStore):
             return []
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
+        base = f"{directory}/" if directory else ""
         pick = _Smallest(limit)
         try:
-            _scan(fd, f"{directory}/" if directory else "", partial, start_after, pick, recursive=delimiter != "/")
+            if delimiter == "/" and (sorted_names := self._sorted_names(fd, base)) is not None:
+                return _from_index(fd, base, sorted_names, partial, start_after, limit)
+            _scan(fd, base, partial, start_after, pick, recursive=delimiter != "/")
         except OSError as exc:
             raise self._unavailable(prefix, exc) from None
         finally:
             os.close(fd)
         return pick.result()
+
+    def _sorted_names(self, fd: int, base: str) -> list[str] | None:
+        """The sorted names of the directory ``fd`` (``base``) from its index, made or remade here
+        when its stamp changed and its timestamps have stood still ``SETTLE_SECONDS`` (read whole,
+        and kept when it holds ``INDEX_FROM`` names or more); None when they have not yet, or it
+        holds more than ``INDEX_NAMES`` (then the caller reads it as before, in O(page) memory)."""
+        wall, began = _wall_ns(), _monotonic()  # before the stat: the names read below are all those
+        info = os.fstat(fd)  # ...created by then, and a change after it changes the stamp
+        stamp = _stamp(info)
+        with self._index_lock:
+            known = self._indexes.get(base)
+            if known is not None and known.stamp == stamp and known.names is not None:
+                self._indexes.move_to_end(base)
+                return known.names
+        settled = max(info.st_mtime_ns, info.st_ctime_ns) <= wall - int(SETTLE_SECONDS * 1e9) or (
+            known is not None and known.stamp == stamp and began - known.seen >= SETTLE_SECONDS
+        )
+        names: list[str] | None = None
+        if settled:
+            names = []
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    names.append(entry.name + "/" if entry.is_dir(follow_symlinks=False) else entry.name)
+                    if len(names) > INDEX_NAMES:
+                        names = None
+                        break
+            if names is not None:
+                names.sort()
+        kept = names if names is not None and len(names) >= INDEX_FROM else None  # a small one: read again
+        seen = known.seen if known is not None and known.stamp == stamp else _monotonic()
+        with self._index_lock:
+            old = self._indexes.pop(base, None)
+            self._indexed -= len(old.names) if old is not None and old.names is not None else 0
+            self._indexes[base] = _Index(stamp, seen, kept)
+            self._indexed += len(kept) if kept is not None else 0
+            while self._indexed > INDEX_NAMES or len(self._indexes) > 4096:
+                _, evicted = self._indexes.popitem(last=False)
+                self._indexed -= len(evicted.names) if evicted.names is not None else 0
+        return names
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
         # With delimiter "" or "/" each key read is one entry of the page (a directory is one
