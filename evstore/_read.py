@@ -341,9 +341,15 @@ def send_load(ctx: StoreContext, session_id: str, *, upto: int | None = None) ->
     )
 
 
-def finish_load(ctx: StoreContext, sent: _SentLoad) -> Loaded:
-    """What ``load(..., deleted_ok=True)`` returns, from the requests ``send_load`` sent."""
-    return _loaded(ctx, sent.session_id, sent.manifest.result(), sent.listings, True)
+def finish_load(ctx: StoreContext, sent: _SentLoad, *, deleted_ok: bool = True) -> Loaded:
+    """What ``load`` returns, from the requests ``send_load`` sent."""
+    return _loaded(ctx, sent.session_id, sent.manifest.result(), sent.listings, deleted_ok)
+
+
+def cancel_load(sent: _SentLoad) -> None:
+    """Drop a load sent ahead (requests already running finish unread)."""
+    for listing in sent.listings:
+        listing.cancel()
 
 
 def _loaded(

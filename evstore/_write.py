@@ -493,12 +493,12 @@ def open_session(
     """A writer for the session, at its current head. With ``create_missing``, a missing session
     is created, and so is a deleted one unless ``recreate`` is False (then its
     ``SessionNotFoundError`` is raised, ``deleted`` set)."""
-    validate_session_id(session_id)
-    found = _read.read_manifest(ctx, session_id)
+    sent = _read.send_load(ctx, session_id)  # the manifest GET and the listing, together
     try:
-        if create_missing and found is None:
+        if create_missing and sent.manifest.result() is None:
+            _read.cancel_load(sent)
             raise SessionNotFoundError(session_id)
-        loaded = _read.load(ctx, session_id, found=found)
+        loaded = _read.finish_load(ctx, sent, deleted_ok=False)
     except SessionNotFoundError as error:
         if not create_missing or (error.deleted and not recreate):
             raise

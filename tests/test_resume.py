@@ -262,3 +262,17 @@ def test_resume_holds_about_what_the_context_holds_not_every_event_it_read() -> 
     context = peak(lambda: store.context("long"))
     resumed = peak(lambda: store.resume("long"))
     assert resumed <= 1.3 * context, (resumed, context)
+
+
+@pytest.mark.parametrize("length", [10, 5000])
+def test_open_sends_the_manifest_get_with_the_listing_three_round_trips(length: int) -> None:
+    """``store.open``: GET manifest + LIST of the non-event objects together, the LIST from the
+    newest segment's end, the GET of the head event (it read the manifest first: 4 in a row)."""
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", length)
+    delayed = DelayedStore(inner, 0.05)
+    counting = CountingStore(delayed)
+    writer = Store(counting, root="root").open("s")
+    assert writer.head == length
+    assert counting.counts == {"GET": 2, "LIST": 2}
+    assert delayed.chain() <= 3
