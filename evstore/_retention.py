@@ -19,31 +19,96 @@ bucket's own rules would have expired: the same semantics as S3). Only the
 manifest, the tombstone, the rules and the grace decide: a session whose
 manifest exists but does not decode, or whose first events are missing, is
 left alone and reported (``GcReport.left_alone``), since junk objects anyone
-could create must never make gc remove a live session. It streams:
-memory holds one LIST page and one delete batch; requests are the LIST pages,
-a manifest GET where a decision needs it, and batch deletes of up to 1,000 keys.
+could create must never make gc remove a live session.
+
+How it lists. gc reads ``<root>/sessions/<prefix>`` with flat listings (no
+delimiter) of key ranges, one page of 1,000 keys at a time, up to ``concurrency``
+ranges at once. It starts with one range, the whole prefix; once the listing has
+shown 2,000 objects per range, a range is split in two at a name about halfway
+between where its listing is and where it ends (spelled in the characters of the
+ids seen so far, from the id alphabet ``[A-Za-z0-9._-]``), and the upper half is
+listed alongside; a boundary past the ids costs one LIST that finds none, and
+halves the gap the next time. A boundary is a
+name without ``/``, so it never falls inside a session: all of a session's keys
+share the prefix ``<id>/`` and sort together, on one side of it. A session may
+span pages of its range; its objects are gathered until the next session's
+first key, or the range's end.
+
+What costs a request. A session whose listing shows nothing to do costs none of
+its own: a manifest, no tombstone, its first event seq 1 (or none) and no
+older than the manifest, no fork marker older than the grace and, with rules, no
+object older than the grace that the rules would expire now under either
+retention class (a listing shows no tags). A manifest whose listed size no
+manifest can have is left alone, from the listing too. Only the others are read,
+``2 x concurrency`` sessions at a time, each one's independent requests together:
+
+* no manifest listed (a remnant, an orphan, a deleted session's rest): none;
+* any other that needs a decision: a GET of its manifest, then
+  - with a tombstone: a GET of the tombstone, sent with the manifest's (its uid
+    must be this incarnation's, and it records the forks alive at the delete),
+    and, once it is older than ``FENCE_HOLD``, a GET per fork it records whose
+    marker is listed (the fork's manifest);
+  - a live session: a GET per fork marker older than the grace (the fork's
+    manifest), sent with the manifest's.
+  This is every fork with events of its own and every re-created id (their
+  first seq is not 1), and, with ``keep``, every live session under the prefix
+  (its retention class is in its manifest);
+* a session of more than ``_HELD`` objects that is to be removed (or, with
+  rules, has objects due): its pages listed again (only its names that decide
+  are held), as the first listing of it did.
+
+Requests per gc, as ``GcReport.requests`` reports them (counted as sent):
+``L + G + D + U + [1 lifecycle GET with apply_lifecycle]``, where
+``L <= objects/1000 + R`` LIST pages with ``R <= 1 + objects/2000`` ranges
+(so ``L <= 1.5 * objects/1000 + 1``: the objects under the prefix), ``G`` the
+GETs above, ``D`` = ⌈keys removed/1,000⌉ batch deletes, plus one batch per
+1,000 tombstones, sent after every batch before them, and one batch at the end
+for what is left of each, ``U`` = one LIST of incomplete uploads and one
+request per upload aborted, plus ``delete``'s requests per session beyond
+``keep``. Dependent round trips: about ``L / concurrency`` listing rounds
+(after the first few, while ranges split) and the sessions read divided by
+``2 x concurrency`` (one round each, two for a deleted session with forks),
+with the deletes in flight alongside. Memory: per range in flight, one page and one session's
+objects (at most ``_HELD``), and a bounded queue of sessions waiting for their
+GETs; the delete batches in flight.
 """
 
 from __future__ import annotations
 
+import bisect
+import copy
 import heapq
-from collections.abc import Callable, Iterator
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from . import _lifecycle
-from ._backends import ObjectInfo, ObjectMissing
-from ._codec import MAX_SMALL_OBJECT_BYTES, Manifest, decode_manifest, parse_ts
+from ._backends import (
+    IncompleteUpload,
+    LifecycleRule,
+    ListPage,
+    ObjectInfo,
+    ObjectMissing,
+    ObjectRefused,
+    ObjectStore,
+    StoredObject,
+)
+from ._codec import FORMAT_VERSION, MAX_SMALL_OBJECT_BYTES, Manifest, decode_manifest, encode_manifest, fence_of, parse_ts
 from ._context import FENCE_HOLD, StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete
-from ._ids import parse_fork_marker, parse_segment, parse_seq, validate_session_id
-from ._read import Meta, first_own_seq, list_sessions, live_forks, read_manifest, recorded_forks, tombstoned
+from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_session_id
+from ._read import first_own_seq, list_sessions, live_forks, read_manifest
 
 #: gc never touches an object younger than this unless told otherwise.
 DEFAULT_GRACE = timedelta(days=1)
 
 #: Called for every object gc removes (or would remove, in a dry run): key, size, reason.
+#: gc calls it from its threads, one call at a time.
 OnRemove = Callable[[str, int, str], None]
 
 
@@ -60,6 +125,7 @@ class GcReport:
     #: Sessions beyond ``keep`` that this run deleted: fenced now, their objects removed by a
     #: gc run once ``FENCE_HOLD`` has passed.
     sessions_deleted: int = 0
+    #: The requests this run sent (each LIST page, GET, batch DELETE, abort, and ``delete``'s).
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     #: Sessions gc would not judge, with why: an undecodable manifest, missing first events.
@@ -76,60 +142,163 @@ class ExpiringObject:
     expires: datetime
 
 
-class _Deleter:
-    """Batches deletes across sessions; keys queued ``last`` go only after every earlier batch."""
+#: A session's objects gc holds while it judges them; past this many it holds only the names
+#: that decide (manifest, tombstone, fork markers) and lists the session again to remove any.
+_HELD = 4000
+#: Session-relative names after this one are no event's (``Layout.after_events``).
+_EVENTS_END = format_seq(MAX_SEQ)
+#: Delete batches in flight at once; a thread that would send one more sends it itself.
+_DELETES_IN_FLIGHT = 8
+#: The shortest manifest that decodes, but for its session id: every field it must have, empty.
+_SHORTEST_MANIFEST = len(encode_manifest(Manifest(FORMAT_VERSION, "", "", "")))
+_UNREADABLE = "its manifest does not decode (corrupt, or a newer format)"
 
-    def __init__(self, ctx: StoreContext, report: GcReport, on_remove: OnRemove | None) -> None:
+
+class _Counted(ObjectStore):
+    """The store's backend, counting the requests sent through it from any thread (a LIST page,
+    a GET, each batch of a delete): what ``GcReport.requests`` reports."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.location = inner.location
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def _sent(self, requests: int = 1) -> None:
+        with self._lock:
+            self.requests += requests
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        self._sent()
+        return self.inner.create(key, data, metadata=metadata, tags=tags)
+
+    def replace(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        etag: str,
+        metadata: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        self._sent()
+        return self.inner.replace(key, data, etag=etag, metadata=metadata, tags=tags)
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        self._sent()
+        return self.inner.get(key, max_bytes=max_bytes)
+
+    def head(self, key: str) -> ObjectInfo:
+        self._sent()
+        return self.inner.head(key)
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        self._sent()
+        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        requests = self.inner.delete_many(keys)
+        self._sent(requests)
+        return requests
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        self._sent()
+        return self.inner.get_tags(key)
+
+    def get_lifecycle(self) -> list[LifecycleRule]:
+        self._sent()
+        return self.inner.get_lifecycle()
+
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
+        self._sent()
+        self.inner.put_lifecycle(rules)
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        self._sent()  # one per 1,000 uploads on S3: counted as one, as a counting wrapper sees it
+        return self.inner.list_incomplete_uploads(prefix)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self._sent()
+        self.inner.abort_upload(key, upload_id)
+
+    def close(self) -> None:
+        """The store's backend outlives a gc run."""
+
+
+def _counted(ctx: StoreContext) -> tuple[StoreContext, _Counted]:
+    """The store's context with its backend counted, sharing its pool, caches and clock."""
+    ctx.executor()  # made now, so that the copy shares it rather than making its own
+    counted = _Counted(ctx.backend)
+    shared = copy.copy(ctx)
+    shared.backend = counted
+    return shared, counted
+
+
+class _Deleter:
+    """Batches deletes across sessions, from any thread, and sends each batch of 1,000 on the
+    pool as it fills; keys queued ``last`` (tombstones) go only after every batch before them
+    has been deleted. Reports each removal (and calls ``on_remove``) under ``lock``."""
+
+    def __init__(self, ctx: StoreContext, report: GcReport, on_remove: OnRemove | None, lock: threading.Lock) -> None:
         self.ctx = ctx
         self.report = report
         self.on_remove = on_remove
+        self.lock = lock
         self.batch: list[str] = []
         self.last: list[str] = []
+        self.sent: list[Future[int]] = []
 
     def remove(self, info: ObjectInfo, reason: str, *, last: bool = False) -> None:
-        report = self.report
-        report.objects_removed += 1
-        report.bytes_removed += info.size
-        report.count(reason)
-        if self.on_remove is not None:
-            self.on_remove(info.key, info.size, reason)
-        if report.dry_run:
-            return
-        (self.last if last else self.batch).append(info.key)
-        if len(self.batch) >= 1000:
-            self.flush()
-        if len(self.last) >= 1000:
-            self.flush_all()
+        with self.lock:
+            report = self.report
+            report.objects_removed += 1
+            report.bytes_removed += info.size
+            report.count(reason)
+            if self.on_remove is not None:
+                self.on_remove(info.key, info.size, reason)
+            if report.dry_run:
+                return
+            (self.last if last else self.batch).append(info.key)
+            if len(self.batch) < 1000:
+                return
+            batch, self.batch = self.batch, []
+            self.sent = [f for f in self.sent if not f.done() or f.exception() is not None]
+            if len(self.sent) < _DELETES_IN_FLIGHT:
+                self.sent.append(self.ctx.executor().submit(self.ctx.backend.delete_many, batch))
+                return
+            here: Future[int] = Future()  # enough in flight: this thread sends it, and is paced by it
+            self.sent.append(here)
+        try:
+            here.set_result(self.ctx.backend.delete_many(batch))
+        except BaseException as exc:
+            here.set_exception(exc)
+            raise
 
-    def flush(self) -> None:
-        if self.batch:
-            self.report.requests += self.ctx.backend.delete_many(self.batch)
-            self.batch = []
+    @property
+    def tombstones_due(self) -> bool:
+        return len(self.last) >= 1000
 
     def flush_all(self) -> None:
-        self.flush()
-        if self.last:
-            self.report.requests += self.ctx.backend.delete_many(self.last)
-            self.last = []
-
-
-def _listing(ctx: StoreContext, prefix: str, report: GcReport, start: str = "") -> Iterator[ObjectInfo]:
-    while True:
-        page = ctx.backend.list_page(prefix, start_after=start)
-        report.requests += 1
-        report.objects_scanned += len(page.objects)
-        yield from page.objects
-        if not page.truncated:
-            return
-        start = page.next_start_after
+        """Send what is queued, wait for every batch sent, then delete the tombstones queued."""
+        with self.lock:
+            last, self.last = self.last, []
+            if self.batch:
+                self.sent.append(self.ctx.executor().submit(self.ctx.backend.delete_many, self.batch))
+                self.batch = []
+            sent, self.sent = self.sent, []
+        for future in sent:
+            future.result()
+        if last:
+            self.ctx.backend.delete_many(last)
 
 
 class _Unreadable:
     """A manifest exists but does not decode (corrupt, or a future format version)."""
 
 
-def _manifest(ctx: StoreContext, session_id: str, report: GcReport) -> Manifest | _Unreadable | None:
-    report.requests += 1
+def _manifest(ctx: StoreContext, session_id: str) -> Manifest | _Unreadable | None:
     try:
         data = ctx.backend.get(ctx.layout.manifest_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES).data
         return decode_manifest(data, session_id)
@@ -137,6 +306,509 @@ def _manifest(ctx: StoreContext, session_id: str, report: GcReport) -> Manifest 
         return None
     except EvstoreError:
         return _Unreadable()
+
+
+def _cannot_decode(info: ObjectInfo, session_id: str) -> bool:
+    """Whether a manifest listed at this size cannot decode: shorter than every field it must
+    have, or longer than any manifest is read."""
+    return info.size < _SHORTEST_MANIFEST + len(session_id) or info.size > MAX_SMALL_OBJECT_BYTES
+
+
+def _tombstone(ctx: StoreContext, session_id: str) -> bytes | None:
+    """The tombstone's bytes (b"" for one too large to read), None if it is gone: one GET."""
+    try:
+        return ctx.backend.get(ctx.layout.tombstone_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES).data
+    except ObjectMissing:
+        return None
+    except ObjectRefused:
+        return b""
+
+
+def _fence(data: bytes | None, manifest: Manifest) -> tuple[bool, frozenset[str] | None]:
+    """``tombstoned`` and ``recorded_forks`` (see ``_read``) from one GET of the tombstone:
+    whether it is this incarnation's (one that does not decode counts: only an operator writes
+    one), and the forks it records (None: a tombstone from before it recorded them)."""
+    if data is None:
+        return False, frozenset()
+    tombstone = fence_of(data)
+    if tombstone is None:
+        return True, frozenset()
+    return tombstone.uid == manifest.uid, None if tombstone.forks is None else frozenset(tombstone.forks)
+
+
+T = TypeVar("T")
+
+
+def _outcome(future: Future[T], request: Callable[[], T]) -> T:
+    """The result of a request sent alongside on the store's pool, or, if it has yet to start,
+    of the request sent from here instead (a thread never waits for work queued behind it)."""
+    return request() if future.cancel() else future.result()
+
+
+class _Listed:
+    """One session's objects, as its listing range met them: those of a session of up to
+    ``_HELD`` objects, and for any session the names after its events that decide."""
+
+    def __init__(self, session_id: str, prefix: str) -> None:
+        self.sid = session_id
+        self.prefix = prefix
+        self.count = 0
+        #: The objects up to the last event's name, in order; None once more than ``_HELD`` were listed.
+        self.held: list[ObjectInfo] | None = []
+        #: The objects after the events, by session-relative name (once over ``_HELD``: only the
+        #: manifest, the tombstone and the fork markers).
+        self.named: dict[str, ObjectInfo] = {}
+        self.first: ObjectInfo | None = None
+        self.first_seq: int | None = None
+        #: Some object older than the grace is due by the rules under one retention class or the other.
+        self.due = False
+
+    def add(self, name: str, info: ObjectInfo) -> None:
+        self.count += 1
+        if name > _EVENTS_END:
+            if self.held is not None or _decides(name):
+                self.named[name] = info
+        elif self.first_seq is None and (seq := parse_seq(name)) is not None:
+            self.first, self.first_seq = info, seq
+        if self.held is None:
+            return
+        if self.count > _HELD:
+            self.held = None
+            self.named = {n: i for n, i in self.named.items() if _decides(n)}
+        elif name <= _EVENTS_END:
+            self.held.append(info)
+
+    @property
+    def manifest(self) -> ObjectInfo | None:
+        return self.named.get("manifest")
+
+    @property
+    def tombstone(self) -> ObjectInfo | None:
+        return self.named.get("tombstone")
+
+    def markers(self) -> list[tuple[tuple[str, str], ObjectInfo]]:
+        return [(marker, info) for name, info in self.named.items() if (marker := parse_fork_marker(name)) is not None]
+
+    def each(self, ctx: StoreContext) -> Iterator[ObjectInfo]:
+        """Every object of the session, in key order: those held, or (past ``_HELD``) a listing again."""
+        if self.held is None:
+            yield from ctx.backend.list(self.prefix)
+            return
+        yield from self.held
+        yield from self.named.values()
+
+
+def _decides(name: str) -> bool:
+    return name in ("manifest", "tombstone") or name.startswith("forks/")
+
+
+class _Range:
+    """The keys after ``after`` and before ``end`` (None: to the end of the listing's prefix),
+    listed a page at a time; ``listed``: the session its pages have reached."""
+
+    def __init__(self, after: str, end: str | None) -> None:
+        self.after = after
+        self.end = end
+        self.pages = 0
+        self.sent = False
+        self.listed: _Listed | None = None
+
+
+#: The characters of session ids in key order.
+ID_ALPHABET = "".join(sorted("-._0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"))
+_PRECISION = 4
+
+
+def _number(name: str, alphabet: str) -> int:
+    """The first ``_PRECISION`` characters of ``name`` as a number whose digits are places in
+    ``alphabet`` (0: the name has ended; a character outside it counts as the one before it)."""
+    value = 0
+    for i in range(_PRECISION):
+        value = value * (len(alphabet) + 1) + (bisect.bisect_right(alphabet, name[i]) if i < len(name) else 0)
+    return value
+
+
+def between(low: str, high: str | None, alphabet: str = ID_ALPHABET) -> str | None:
+    """A name about halfway between ``low`` and ``high`` (None: past every name), both
+    excluded, spelled in ``alphabet`` (sorted characters of the id alphabet: those the ids seen
+    so far use, so the halves hold ids alike) after their common start, so without ``/``
+    unless that start has one; None if there is none at this precision. Pure."""
+    base = len(alphabet) + 1
+    common = 0
+    if high is not None:
+        while common < min(len(low), len(high)) and low[common] == high[common]:
+            common += 1
+    top = _number(high[common:], alphabet) if high is not None else base**_PRECISION
+    middle = (_number(low[common:], alphabet) + top) // 2
+    chars: list[str] = []
+    for place in range(_PRECISION - 1, -1, -1):
+        digit = middle // base**place % base
+        if digit == 0:
+            break
+        chars.append(alphabet[digit - 1])
+    name = low[:common] + "".join(chars)
+    if low < name and (high is None or name < high) and "/" not in name:
+        return name
+    return None
+
+
+class _Run:
+    """One gc run: the listing ranges, the sessions waiting for their GETs, the deletes."""
+
+    def __init__(
+        self,
+        ctx: StoreContext,
+        report: GcReport,
+        *,
+        rules: list[_lifecycle.Rule],
+        now: datetime,
+        cutoff: datetime,
+        keep: int | None,
+        prefix: str,
+        on_remove: OnRemove | None,
+    ) -> None:
+        self.ctx = ctx
+        self.report = report
+        self.rules = rules
+        self.now = now
+        self.cutoff = cutoff
+        self.keep = keep
+        self.prefix = prefix
+        self.lock = threading.Lock()
+        self.deleter = _Deleter(ctx, report, on_remove, self.lock)
+        self.classes = [ctx.tags_for("permanent"), ctx.tags_for("ephemeral")]
+        self.root = ctx.layout.sessions + prefix
+        self.width = ctx.concurrency
+        #: Sessions judged at once: each has up to two requests in flight (its manifest, and its
+        #: tombstone or its forks' manifests), the store's reads' 2 x concurrency in all.
+        self.judges = 2 * ctx.concurrency
+        self.ranges: list[_Range] = [_Range("", None)]
+        self.made = 1  # ranges made: one more only per 2,000 objects listed, so LISTs <= 1.5 x objects/1000 + 1
+        self.listed_objects = 0
+        #: The characters of the ids listed: boundaries are spelled in them.
+        self.seen: set[str] = set()
+        self.listing: dict[Future[ListPage], _Range] = {}
+        self.judging: set[Future[list[tuple[datetime, str]]]] = set()
+        self.waiting: deque[_Listed] = deque()
+        # heap of (when, id): the ``keep`` newest ephemeral sessions, by when the store stored each
+        # manifest (its listed LastModified). Not by the manifest's own ``created``: whoever may create a
+        # manifest writes that, and a planted one claiming the far future would outlast every real session
+        self.newest: list[tuple[datetime, str]] = []
+
+    # ---- listing ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # judges wait for their requests, so they get threads of their own: they never hold the
+        # store's pool, where their second requests, the listings and the deletes run
+        judges = ThreadPoolExecutor(self.judges, thread_name_prefix="evstore-gc")
+        try:
+            self._send()
+            while self.listing or self.judging or self.waiting:
+                for _ in range(min(len(self.waiting), self.judges - len(self.judging))):
+                    self.judging.add(judges.submit(self._judge_waiting))
+                pending: list[Future[Any]] = [*self.listing, *self.judging]
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future in self.listing:
+                        self._page(self.listing.pop(future), future.result())
+                    else:
+                        self.judging.discard(future)
+                        for live in future.result():
+                            self._settle(live)
+                if self.deleter.tombstones_due:
+                    self.deleter.flush_all()
+                self._split()
+                self._send()
+        finally:
+            unsent: list[Future[Any]] = [*self.listing, *self.judging]
+            for future in unsent:
+                future.cancel()
+            judges.shutdown()
+
+    def _send(self) -> None:
+        """A LIST for each range that waits for its next page, unless the sessions waiting for
+        their GETs are many: then the ranges wait for them (memory stays bounded)."""
+        if len(self.waiting) > 2 * self.judges:
+            return
+        for range_ in self.ranges:
+            if not range_.sent and len(self.listing) < self.width:
+                range_.sent = True
+                future = self.ctx.executor().submit(self.ctx.backend.list_page, self.root, start_after=range_.after)
+                self.listing[future] = range_
+
+    def _page(self, range_: _Range, page: ListPage) -> None:
+        range_.sent = False
+        range_.pages += 1
+        ended = not page.truncated
+        for info in page.objects:
+            if range_.end is not None and info.key >= range_.end:
+                ended = True  # the rest is the next range's
+                break
+            self.listed_objects += 1
+            self._take(range_, info)
+        if ended:
+            if range_.listed is not None:
+                self._listed(range_.listed)
+            self.ranges.remove(range_)
+        else:
+            range_.after = page.next_start_after
+
+    def _take(self, range_: _Range, info: ObjectInfo) -> None:
+        session, slash, name = info.key[len(self.root) :].partition("/")
+        if not slash:
+            return  # directly under the sessions prefix: no session's object
+        session_id = self.prefix + session
+        listed = range_.listed
+        if listed is None or listed.sid != session_id:
+            if listed is not None:
+                self._listed(listed)
+            listed = range_.listed = _Listed(session_id, self.ctx.layout.session_prefix(session_id))
+            self.report.sessions += 1
+            self.seen.update(c for c in session if c in ID_ALPHABET)
+        self.report.objects_scanned += 1
+        if self.rules and not listed.due:
+            listed.due = self._due(info)
+        listed.add(name, info)
+
+    def _due(self, info: ObjectInfo) -> bool:
+        if info.last_modified > self.cutoff:
+            return False
+        for tags in self.classes:
+            when = _lifecycle.expiry(self.rules, info.key, info.last_modified, tags, info.size)
+            if when is not None and when <= self.now:
+                return True
+        return False
+
+    def _split(self) -> None:
+        """Split ranges while fewer than ``concurrency`` are listed and the objects listed pay
+        for one more: at the first name about halfway from where a range's listing is (past
+        the session it is in) to its end."""
+        while len(self.ranges) < self.width and self.made <= self.listed_objects // 2000:
+            for range_ in sorted(self.ranges, key=lambda r: -r.pages):
+                at = self._boundary(range_)
+                if at is not None:
+                    break
+            else:
+                return
+            self.ranges.append(_Range(self.root + at, range_.end))
+            range_.end = self.root + at
+            self.made += 1
+
+    def _boundary(self, range_: _Range) -> str | None:
+        low = range_.after[len(self.root) :] if range_.after.startswith(self.root) else ""
+        slash = low.find("/")
+        if slash >= 0:
+            low = low[: slash + 1]  # the session the listing is in lies wholly before the boundary
+        seen = "".join(sorted(self.seen)) if len(self.seen) > 1 else ID_ALPHABET
+        return between(low, None if range_.end is None else range_.end[len(self.root) :], seen)
+
+    # ---- judging ----------------------------------------------------------------------------
+
+    def _listed(self, listed: _Listed) -> None:
+        """A session's listing is complete: judge it from the listing, or read what it needs."""
+        manifest = listed.manifest
+        if manifest is not None and _cannot_decode(manifest, listed.sid):
+            self._leave(listed.sid, _UNREADABLE)
+            return
+        if manifest is None:
+            if listed.held is not None:
+                self._judge(listed)  # no request: it removes what the listing holds
+                return
+        elif not (
+            listed.tombstone is not None
+            or self.keep is not None
+            or listed.first_seq not in (None, 1)
+            # an event older than the manifest is an earlier incarnation's (a create over a deleted id)
+            or (listed.first is not None and listed.first.last_modified < manifest.last_modified)
+            or any(info.last_modified <= self.cutoff for _, info in listed.markers())
+            or listed.due
+        ):
+            return  # a live session with nothing to collect: its listing said so
+        self.waiting.append(listed)
+
+    def _leave(self, session_id: str, why: str) -> None:
+        with self.lock:
+            self.report.left_alone[session_id] = why
+
+    def _add_young(self, objects: int) -> None:
+        with self.lock:
+            self.report.kept_young += objects
+
+    def _removed_session(self) -> None:
+        with self.lock:
+            self.report.sessions_removed += 1
+
+    def _judge_waiting(self) -> list[tuple[datetime, str]]:
+        """Judge the sessions waiting, one after another, until none is left (a judge takes the
+        next one itself, without a round through the main thread); the live ephemeral ones."""
+        live: list[tuple[datetime, str]] = []
+        while True:
+            try:
+                listed = self.waiting.popleft()
+            except IndexError:
+                return live
+            if (found := self._judge(listed)) is not None:
+                live.append(found)
+
+    def _judge(self, listed: _Listed) -> tuple[datetime, str] | None:
+        """Collect one session (on the pool, or inline when it needs no request). Returns the
+        manifest's listed LastModified and the id of a live ephemeral session, else None."""
+        ctx = self.ctx
+        session_id = listed.sid
+        if listed.manifest is None:
+            self._remove_all(listed, "expired remnant or orphan" if listed.tombstone is None else "deleted")
+            return None
+        # what the decision needs besides the manifest, sent alongside it: the tombstone, or the
+        # manifests of the forks whose markers are old enough to be removed
+        pool = ctx.executor()
+        tombstone_data = pool.submit(_tombstone, ctx, session_id) if listed.tombstone is not None else None
+        children: dict[str, Future[Manifest | _Unreadable | None]] = {}
+        if tombstone_data is None:
+            for (child, _), info in listed.markers():
+                if info.last_modified <= self.cutoff and child not in children and _valid(child):
+                    children[child] = pool.submit(_manifest, ctx, child)
+        try:
+            return self._decide(listed, _manifest(ctx, session_id), tombstone_data, children)
+        finally:
+            unused: list[Future[Any]] = [*children.values(), *([tombstone_data] if tombstone_data is not None else [])]
+            for future in unused:
+                future.cancel()  # not needed after all (an unreadable manifest): unsent if still queued
+
+    def _decide(
+        self,
+        listed: _Listed,
+        manifest: Manifest | _Unreadable | None,
+        tombstone_data: Future[bytes | None] | None,
+        children: dict[str, Future[Manifest | _Unreadable | None]],
+    ) -> tuple[datetime, str] | None:
+        ctx = self.ctx
+        session_id = listed.sid
+        if isinstance(manifest, _Unreadable):
+            self._leave(session_id, _UNREADABLE)
+            return None
+        if manifest is None:
+            self._remove_all(listed, "expired remnant or orphan" if listed.tombstone is None else "deleted")
+            return None
+        stored_at = listed.named["manifest"].last_modified
+        tombstone = listed.tombstone
+        if tombstone is not None and tombstone_data is not None:
+            mine, recorded = _fence(_outcome(tombstone_data, lambda: _tombstone(ctx, session_id)), manifest)
+            if not mine:
+                self.deleter.remove(tombstone, "an earlier incarnation's tombstone")
+            elif tombstone.last_modified > self.now - FENCE_HOLD:
+                self._add_young(listed.count)  # fenced: stale writers' leases may still run
+                return None
+            else:
+                markers = [marker for marker, _ in listed.markers()]
+                # a fork planted after the delete keeps nothing: only those the tombstone records count
+                if not markers or not live_forks(ctx, manifest.uid, markers, recorded=recorded):
+                    self._remove_all(listed, "deleted")
+                return None
+        first_seq = listed.first_seq
+        if first_seq is not None and first_seq > first_own_seq(manifest):
+            # expired piecewise, or a junk object under a live manifest: only the manifest's own
+            # expiry (by the rules, below) or a tombstone may remove a session
+            self._leave(session_id, f"its first events are missing (the first listed is seq {first_seq})")
+        if manifest.base and first_seq is not None and first_seq <= manifest.base:
+            self._remove_earlier_incarnation(listed, manifest, min(self.cutoff, self.now - FENCE_HOLD))
+        # what the rules may expire, and dead fork markers: every object if the rules have any due,
+        # else the markers alone
+        objects: Iterable[ObjectInfo] = listed.each(ctx) if self.rules and listed.due else listed.named.values()
+        tags = ctx.tags_for(manifest.retention)
+        for info in objects:
+            name = info.key[len(listed.prefix) :]
+            if info.last_modified > self.cutoff:
+                continue
+            when = _lifecycle.expiry(self.rules, info.key, info.last_modified, tags, info.size) if self.rules else None
+            if when is not None and when <= self.now:
+                self.deleter.remove(info, "lifecycle expiry")
+                if name == "manifest":
+                    self._removed_session()  # the session is gone with its manifest
+            elif (marker := parse_fork_marker(name)) is not None and not self._fork_alive(marker, manifest.uid, children):
+                self.deleter.remove(info, "dead fork marker")
+        return (stored_at, session_id) if manifest.retention == "ephemeral" else None
+
+    def _remove_all(self, listed: _Listed, reason: str) -> None:
+        young = 0
+        tombstone = None
+        tombstone_key = self.ctx.layout.tombstone_key(listed.sid)
+        for info in listed.each(self.ctx):
+            if info.last_modified > self.cutoff:
+                young += 1
+            elif info.key == tombstone_key:
+                tombstone = info
+            else:
+                self.deleter.remove(info, reason)
+        self._add_young(young)
+        if tombstone is not None and young == 0:
+            self.deleter.remove(tombstone, reason, last=True)
+        if young == 0:
+            self._removed_session()
+
+    def _remove_earlier_incarnation(self, listed: _Listed, manifest: Manifest, before: datetime) -> None:
+        """The events, fence and segments a deleted session left below the base of the session
+        created over it, once this manifest is older than ``before`` (so the delete is, too)."""
+        young = listed.named["manifest"].last_modified > before
+        kept = 0
+        for info in listed.each(self.ctx):
+            name = info.key[len(listed.prefix) :]
+            seq = parse_seq(name)
+            segment = parse_segment(name) if seq is None else None
+            if (seq is not None and seq <= manifest.base) or (segment is not None and segment[1] <= manifest.base):
+                if young:
+                    kept += 1
+                else:
+                    self.deleter.remove(info, "earlier incarnation")
+        self._add_young(kept)
+
+    def _settle(self, live: tuple[datetime, str]) -> None:
+        if self.keep is None:
+            return
+        heapq.heappush(self.newest, live)
+        if len(self.newest) > self.keep:
+            _, oldest = heapq.heappop(self.newest)
+            self._remove_for_keep(oldest)
+
+    def _remove_for_keep(self, session_id: str) -> None:
+        """Delete a session beyond the keep count with ``delete`` (a later run removes its objects)."""
+        if not self.report.dry_run:
+            self.deleter.flush_all()  # an earlier tombstone queued for removal goes before delete writes one
+            try:
+                delete(self.ctx, session_id)
+            except SessionNotFoundError:
+                return  # deleted meanwhile
+        self.report.sessions_deleted += 1
+
+    def _fork_alive(
+        self, marker: tuple[str, str], parent_uid: str, children: dict[str, Future[Manifest | _Unreadable | None]]
+    ) -> bool:
+        child, child_uid = marker
+        if not _valid(child):
+            return False
+        sent = children.get(child)
+        manifest = _manifest(self.ctx, child) if sent is None else _outcome(sent, lambda: _manifest(self.ctx, child))
+        return _alive_fork(manifest, child_uid, parent_uid)
+
+
+def _valid(session_id: str) -> bool:
+    try:
+        validate_session_id(session_id)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def _alive_fork(manifest: Manifest | _Unreadable | None, child_uid: str, parent_uid: str) -> bool:
+    if isinstance(manifest, _Unreadable):
+        return True  # gc does not judge what it cannot read: the marker stays
+    return (
+        isinstance(manifest, Manifest)
+        and manifest.uid == child_uid
+        and manifest.parent is not None
+        and manifest.parent.uid == parent_uid
+    )
 
 
 def collect(
@@ -150,187 +822,31 @@ def collect(
     now: datetime | None,
     on_remove: OnRemove | None,
 ) -> GcReport:
-    """``Store.gc``: its defaults and contract are there."""
+    """``Store.gc``: its defaults and contract are there; what it costs is in this module's docstring."""
     if grace < timedelta(0):
         raise InvalidInputError("grace must not be negative")
     if keep is not None and keep < 0:
         raise InvalidInputError("keep must not be negative")
+    if prefix and not all(c.isalnum() or c in "._-" for c in prefix):
+        raise InvalidInputError(f"invalid session id prefix {prefix[:80]!r}")
     now = now or ctx.clock()
     report = GcReport(dry_run)
-    deleter = _Deleter(ctx, report, on_remove)
-    rules = ctx.backend.get_lifecycle() if apply_lifecycle else []
-    if apply_lifecycle:
-        report.requests += 1
-    cutoff = now - grace
-    # heap of (when, id): the ``keep`` newest ephemeral sessions, by when the store stored each
-    # manifest (its listed LastModified). Not by the manifest's own ``created``: whoever may create a
-    # manifest writes that, and a planted one claiming the far future would outlast every real session
-    newest: list[tuple[datetime, str]] = []
-    for session_id in list_sessions(ctx, prefix):
-        report.sessions += 1
-        live = _collect_session(ctx, session_id, deleter, report, rules, now, cutoff)
-        if keep is not None and live is not None:
-            read, stored_at = live
-            manifest = read or _manifest(ctx, session_id, report)
-            if isinstance(manifest, Manifest) and manifest.retention == "ephemeral":
-                heapq.heappush(newest, (stored_at, session_id))
-                if len(newest) > keep:
-                    _, oldest = heapq.heappop(newest)
-                    _remove_for_keep(ctx, oldest, deleter, report)
-    report.requests += (report.sessions + 999) // 1000 or 1  # the delimiter LIST pages of list_sessions
-    _abort_uploads(ctx, deleter, report, rules, cutoff, now)
-    deleter.flush_all()
-    return report
-
-
-def _remove_for_keep(ctx: StoreContext, session_id: str, deleter: _Deleter, report: GcReport) -> None:
-    """Delete a session beyond the keep count with ``delete`` (a later run removes its objects)."""
-    if not report.dry_run:
-        deleter.flush_all()
-        try:
-            delete(ctx, session_id)
-        except SessionNotFoundError:
-            return  # deleted meanwhile
-    report.sessions_deleted += 1
-
-
-def _collect_session(
-    ctx: StoreContext,
-    session_id: str,
-    deleter: _Deleter,
-    report: GcReport,
-    rules: list[_lifecycle.Rule],
-    now: datetime,
-    cutoff: datetime,
-) -> tuple[Manifest | None, datetime] | None:
-    """Collect one session. Returns None unless it is live; for a live one its manifest if
-    this read it (else None: its first LIST page showed nothing to collect) and the manifest's
-    listed LastModified."""
-    layout = ctx.layout
-    prefix = layout.session_prefix(session_id)
-    first_page = ctx.backend.list_page(prefix)
-    report.requests += 1
-    report.objects_scanned += len(first_page.objects)
-
-    def objects() -> Iterator[ObjectInfo]:
-        """Every object of the session: the page already read, then the rest."""
-        yield from first_page.objects
-        if first_page.truncated:
-            yield from _listing(ctx, prefix, report, first_page.next_start_after)
-
-    named = {o.key[len(prefix) :]: o for o in first_page.objects}
-    if first_page.truncated:
-        named |= {o.key[len(prefix) :]: o for o in ctx.backend.list(prefix, start_after=layout.after_events(session_id))}
-        report.requests += 1
-    names = set(named)
-    first_seq = next((s for o in first_page.objects if (s := parse_seq(o.key[len(prefix) :])) is not None), None)
-    # an event older than the manifest is an earlier incarnation's (a create over a deleted id)
-    earlier = (
-        "manifest" in named and first_seq is not None and first_page.objects[0].last_modified < named["manifest"].last_modified
-    )
-    needs_manifest = "manifest" in names and (
-        bool(rules) or "tombstone" in names or any(n.startswith("forks/") for n in names) or first_seq not in (None, 1) or earlier
-    )
-    manifest = _manifest(ctx, session_id, report) if needs_manifest else None
-    if "manifest" in names and not needs_manifest:
-        return None, named["manifest"].last_modified  # a live session with nothing to collect: its first page said so
-    if isinstance(manifest, _Unreadable):
-        report.left_alone[session_id] = "its manifest does not decode (corrupt, or a newer format)"
-        return None
-    first_own = first_own_seq(manifest) if manifest is not None else 1
-
-    def remove_all(reason: str) -> None:
-        young = 0
-        tombstone = None
-        for info in objects():
-            if info.last_modified > cutoff:
-                young += 1
-            elif info.key == layout.tombstone_key(session_id):
-                tombstone = info
-            else:
-                deleter.remove(info, reason)
-        report.kept_young += young
-        if tombstone is not None and young == 0:
-            deleter.remove(tombstone, reason, last=True)
-        if young == 0:
-            report.sessions_removed += 1
-
-    if manifest is None:
-        remove_all("expired remnant or orphan" if "tombstone" not in names else "deleted")
-        return None
-    if "tombstone" in names and not tombstoned(ctx, manifest, Meta(tombstone=True)):
-        deleter.remove(named["tombstone"], "an earlier incarnation's tombstone")
-        names.discard("tombstone")
-    if "tombstone" in names:
-        if named["tombstone"].last_modified > now - FENCE_HOLD:
-            report.kept_young += len(named)  # fenced: stale writers' leases may still run
-        elif not (markers := [m for n in names if (m := parse_fork_marker(n)) is not None]) or not live_forks(
-            ctx, manifest.uid, markers, recorded=recorded_forks(ctx, session_id)  # a fork planted after the delete keeps nothing
-        ):
-            remove_all("deleted")
-        return None
-    if first_seq is not None and first_seq > first_own:
-        # expired piecewise, or a junk object under a live manifest: only the manifest's own
-        # expiry (by the rules, below) or a tombstone may remove a session
-        report.left_alone[session_id] = f"its first events are missing (the first listed is seq {first_seq})"
-    if manifest.base and first_seq is not None and first_seq <= manifest.base:
-        _remove_earlier_incarnation(manifest, named, deleter, report, min(cutoff, now - FENCE_HOLD))
-    if not rules and not any(n.startswith("forks/") for n in names):
-        return manifest, named["manifest"].last_modified  # read only to place the first seq of a fork: nothing to collect
-    tags = ctx.tags_for(manifest.retention)
-    for info in objects():
-        name = info.key[len(prefix) :]
-        if info.last_modified > cutoff:
-            continue
-        when = _lifecycle.expiry(rules, info.key, info.last_modified, tags, info.size) if rules else None
-        if when is not None and when <= now:
-            deleter.remove(info, "lifecycle expiry")
-            if name == "manifest":
-                report.sessions_removed += 1  # the session is gone with its manifest
-        elif (marker := parse_fork_marker(name)) is not None and not _fork_alive(ctx, marker, manifest.uid, report):
-            deleter.remove(info, "dead fork marker")
-    return manifest, named["manifest"].last_modified
-
-
-def _remove_earlier_incarnation(
-    manifest: Manifest, named: dict[str, ObjectInfo], deleter: _Deleter, report: GcReport, before: datetime
-) -> None:
-    """The events, fence and segments a deleted session left below the base of the session
-    created over it, once this manifest is older than ``before`` (so the delete is, too)."""
-    old = [
-        info
-        for name, info in named.items()
-        if ((seq := parse_seq(name)) is not None and seq <= manifest.base)
-        or ((segment := parse_segment(name)) is not None and segment[1] <= manifest.base)
-    ]
-    if named["manifest"].last_modified > before:
-        report.kept_young += len(old)
-        return
-    for info in old:
-        deleter.remove(info, "earlier incarnation")
-
-
-def _fork_alive(ctx: StoreContext, marker: tuple[str, str], parent_uid: str, report: GcReport) -> bool:
-    child, child_uid = marker
+    counted_ctx, counted = _counted(ctx)
     try:
-        validate_session_id(child)
-    except InvalidInputError:
-        return False
-    manifest = _manifest(ctx, child, report)
-    if isinstance(manifest, _Unreadable):
-        return True  # gc does not judge what it cannot read: the marker stays
-    return (
-        isinstance(manifest, Manifest)
-        and manifest.uid == child_uid
-        and manifest.parent is not None
-        and manifest.parent.uid == parent_uid
-    )
+        rules = counted_ctx.backend.get_lifecycle() if apply_lifecycle else []
+        cutoff = now - grace
+        run = _Run(counted_ctx, report, rules=rules, now=now, cutoff=cutoff, keep=keep, prefix=prefix, on_remove=on_remove)
+        run.run()
+        _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now)
+        run.deleter.flush_all()
+    finally:
+        report.requests = counted.requests
+    return report
 
 
 def _abort_uploads(
     ctx: StoreContext, deleter: _Deleter, report: GcReport, rules: list[_lifecycle.Rule], cutoff: datetime, now: datetime
 ) -> None:
-    report.requests += 1
     for upload in ctx.backend.list_incomplete_uploads(ctx.layout.sessions):
         due = _lifecycle.upload_abort(rules, upload.key, upload.initiated) if rules else None
         if upload.initiated > cutoff and (due is None or due > now):
@@ -341,7 +857,6 @@ def _abort_uploads(
             deleter.on_remove(upload.key, 0, "incomplete upload")
         if not report.dry_run:
             ctx.backend.abort_upload(upload.key, upload.upload_id)
-            report.requests += 1
 
 
 def preview(ctx: StoreContext, at: datetime) -> Iterator[ExpiringObject]:
