@@ -11,6 +11,9 @@ gc is session-granular and fork-aware. For each session prefix it removes:
 * orphans: objects of a prefix without a manifest (a stale writer's append
   after the session was removed) — the same case as a remnant;
 * fork markers whose fork no longer exists;
+* a live session's young segments that a higher-level segment covers
+  (``SegmentCoverage``: what a writer that may not delete leaves behind), from
+  the listing alone;
 * incomplete multipart uploads under the store's sessions.
 
 It never touches an object younger than ``grace``, nor any object of a live
@@ -101,7 +104,7 @@ from ._codec import FORMAT_VERSION, MAX_SMALL_OBJECT_BYTES, Manifest, decode_man
 from ._context import FENCE_HOLD, StoreContext
 from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete
-from ._ids import MAX_SEQ, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_session_id
+from ._ids import MAX_SEQ, YOUNG, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_session_id
 from ._read import first_own_seq, list_sessions, live_forks, read_manifest
 
 #: gc never touches an object younger than this unless told otherwise.
@@ -362,6 +365,7 @@ class _Listed:
         self.first_seq: int | None = None
         #: Some object older than the grace is due by the rules under one retention class or the other.
         self.due = False
+        self.coverage = SegmentCoverage()
 
     def add(self, name: str, info: ObjectInfo) -> None:
         self.count += 1
@@ -396,6 +400,41 @@ class _Listed:
             return
         yield from self.held
         yield from self.named.values()
+
+
+class SegmentCoverage:
+    """Tells, of a session's names fed in key order, which young segments (lower levels of
+    automatic compaction) another segment listed before them covers: what their writer retires
+    when it may delete (``_write``), left behind by one that may not. Pure; O(log S) a name.
+
+    In key order ``segments/<a>-<b>`` come by their first seq, and ``young/<M-b>-<a>`` after
+    them by their end, newest first (of one end, the longest first): so a young segment is
+    covered exactly when a ``segments/`` one that starts by its start reaches its end, or a
+    young one before it (they all end at or after its end) starts by its start.
+
+    A segment is derived, so removing one never changes a read: a reader that listed it and
+    then finds it gone reads its events loose. A planted covering name can make gc remove true
+    young segments; that costs loose reads, never history (and a planted name costs a reader a
+    GET in any case)."""
+
+    def __init__(self) -> None:
+        self._firsts: list[int] = []  # of the segments/ ones, ascending
+        self._reach: list[int] = []  # the furthest end among them up to each
+        self._young_first = MAX_SEQ + 1  # the least start among the young ones so far
+
+    def covered(self, name: str, size: int) -> bool:
+        """Feed one name (session-relative) and its listed size: whether it is a covered young segment."""
+        if (found := parse_segment(name)) is None or not size:
+            return False  # no segment (an empty one is none: it covers nothing)
+        first, last = found
+        if not name.startswith(YOUNG):
+            self._firsts.append(first)
+            self._reach.append(max(last, self._reach[-1] if self._reach else 0))
+            return False
+        index = bisect.bisect_right(self._firsts, first)
+        covered = self._young_first <= first or (index > 0 and self._reach[index - 1] >= last)
+        self._young_first = min(self._young_first, first)
+        return covered
 
 
 def _decides(name: str) -> bool:
@@ -571,6 +610,15 @@ class _Run:
         if self.rules and not listed.due:
             listed.due = self._due(info)
         listed.add(name, info)
+        # a live session's young segments that a higher level covers (the manifest and the
+        # tombstone sort before young/, so the listing has told by then whether it lives)
+        if (
+            listed.coverage.covered(name, info.size)
+            and listed.manifest is not None
+            and listed.tombstone is None
+            and info.last_modified <= self.cutoff
+        ):
+            self.deleter.remove(info, "segment retired by a higher level")
 
     def _due(self, info: ObjectInfo) -> bool:
         if info.last_modified > self.cutoff:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -286,3 +287,55 @@ def test_any_concurrency_collects_the_same(concurrency: int) -> None:
     exact(report, counting)
     assert report.sessions_removed == 100 and report.sessions == 1200
     assert sorted(store.list_sessions()) == [f"s{i:06d}" for i in range(100, 1200)]
+
+
+def young_names(backend: ObjectStore, sid: str) -> set[str]:
+    return {info.key for info in backend.list(f"sessions/{sid}/young/")}
+
+
+def test_gc_retires_the_young_segments_a_writer_that_may_not_delete_left_behind() -> None:
+    """A writer role that may not delete leaves every lower-level segment; gc removes those a
+    higher level covers, from the listing alone (no GET), leaving what a writer that may delete
+    leaves itself; reads return the same history, from the same segments."""
+    from .helpers import NoDeletes
+
+    memory = MemoryStore()
+    for sid, backend in (("kept", NoDeletes(memory)), ("retired", memory)):
+        writer = Store(backend, auto_compact=2).open(sid, create=True)
+        for i in range(600):
+            writer.append(msg(f"m{i}"))
+    left = young_names(memory, "kept")
+    assert len(left) > 250  # levels of 2 and 16 events, all of them
+    counting = Counting(memory)
+    report = Store(counting).gc(grace=timedelta(0), now=datetime.now(UTC) + timedelta(seconds=1))
+    retired = len(left) - len(young_names(memory, "retired"))
+    assert counting.counts["GET"] == 0 and report.reasons == {"segment retired by a higher level": retired}
+    kept = young_names(memory, "kept")
+    assert {name.replace("/kept/", "/retired/") for name in kept} == young_names(memory, "retired")
+    assert [m["content"] for m in Store(memory).context("kept")] == [f"m{i}" for i in range(600)]
+    assert Store(counting).gc(grace=timedelta(0)).reasons == {}  # nothing more to retire
+
+
+def test_segment_coverage_follows_key_order() -> None:
+    from evstore._ids import Layout
+    from evstore._retention import SegmentCoverage
+
+    layout = Layout()
+    prefix = layout.session_prefix("s")
+    names = sorted(
+        key[len(prefix) :]
+        for key in [
+            layout.segment_key("s", 1, 128),
+            layout.young_key("s", 1, 16),  # inside segments/1-128
+            layout.young_key("s", 129, 144),
+            layout.young_key("s", 129, 130),  # inside young 129-144
+            layout.young_key("s", 147, 148),  # covered by nothing
+            layout.young_key("s", 143, 146),  # overlaps 129-144, is not inside it
+            layout.young_key("s", 145, 146),  # inside 143-146
+        ]
+    )
+    coverage = SegmentCoverage()
+    covered = {name for name in names if coverage.covered(name, 10)}
+    inside = [(1, 16), (129, 130), (145, 146)]
+    assert covered == {layout.young_key("s", first, last)[len(prefix) :] for first, last in inside}
+    assert not SegmentCoverage().covered(layout.young_key("s", 1, 2)[len(prefix) :], 0)
