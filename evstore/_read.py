@@ -27,7 +27,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -78,6 +77,8 @@ from ._ids import (
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 
