@@ -4,7 +4,8 @@ Every message is one immutable object at ``sessions/<id>/<seq>``, written with
 ``If-None-Match: *`` the moment it exists. See the README for a tour.
 """
 
-from ._async import AsyncSession, AsyncStore, Outcome
+import typing
+
 from ._backends import LocalStore, MemoryStore, ObjectStore
 from ._chain import Receipt
 from ._codec import Message, Retention
@@ -24,7 +25,14 @@ from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
 from ._url import default_store_url, open_store
 from ._views import Event, Repair
 
+if typing.TYPE_CHECKING:
+    from ._async import AsyncSession, AsyncStore, Outcome
+
 __version__ = "0.1.0"
+
+#: Public names loaded on first use: the async API imports asyncio (about half of what
+#: ``import evstore`` would cost otherwise), which a sync caller never needs.
+_LAZY = frozenset({"AsyncSession", "AsyncStore", "Outcome"})
 
 __all__ = [
     "AsyncSession",
@@ -57,3 +65,17 @@ __all__ = [
     "generate_key",
     "open_store",
 ]
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import _async
+
+    value = getattr(_async, name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -27,7 +27,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -79,6 +78,8 @@ from ._ids import (
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 

@@ -84,10 +84,9 @@ import heapq
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _lifecycle
 from ._backends import (
@@ -106,6 +105,9 @@ from ._errors import EvstoreError, InvalidInputError, SessionNotFoundError
 from ._forks import delete
 from ._ids import MAX_SEQ, YOUNG, format_seq, parse_fork_marker, parse_segment, parse_seq, validate_session_id
 from ._read import first_own_seq, list_sessions, live_forks, read_manifest
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 #: gc never touches an object younger than this unless told otherwise.
 DEFAULT_GRACE = timedelta(days=1)
@@ -271,6 +273,8 @@ class _Deleter:
             if len(self.sent) < _DELETES_IN_FLIGHT:
                 self.sent.append(self.ctx.executor().submit(self.ctx.backend.delete_many, batch))
                 return
+            from concurrent.futures import Future  # here: `import evstore` loads no concurrent.futures
+
             here: Future[int] = Future()  # enough in flight: this thread sends it, and is paced by it
             self.sent.append(here)
         try:
@@ -537,7 +541,7 @@ class _Run:
     # ---- listing ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
         # judges wait for their requests, so they get threads of their own: they never hold the
         # store's pool, where their second requests, the listings and the deletes run

@@ -11,12 +11,34 @@ import evstore
 
 def test_all_is_sorted_and_names_exactly_the_public_attributes() -> None:
     assert evstore.__all__ == sorted(evstore.__all__)
-    public = {
+    public = {  # dir(): the names loaded on first use (the async API) as well as the rest
         name
-        for name, value in vars(evstore).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        for name in dir(evstore)
+        if not name.startswith("_") and not isinstance(getattr(evstore, name), types.ModuleType)
     }
     assert public == set(evstore.__all__)
+
+
+def test_the_async_names_load_on_first_use_and_behave_as_attributes() -> None:
+    code = (
+        "import sys, evstore\n"
+        "before = 'evstore._async' in sys.modules or 'asyncio' in sys.modules\n"
+        "from evstore import AsyncStore\n"
+        "from evstore._async import AsyncStore as direct, Outcome\n"
+        "assert AsyncStore is direct and evstore.Outcome is Outcome and 'AsyncStore' in vars(evstore)\n"
+        "ns = {}\n"
+        "exec('from evstore import *', ns)\n"
+        "assert ns['AsyncSession'] is evstore.AsyncSession\n"
+        "try:\n"
+        "    evstore.NoSuchName\n"
+        "except AttributeError as exc:\n"
+        "    assert 'NoSuchName' in str(exc)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+        "print(before)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
 
 
 def test_every_error_is_an_evstore_error() -> None:
@@ -25,7 +47,28 @@ def test_every_error_is_an_evstore_error() -> None:
 
 
 def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
-    heavy = ("boto3", "botocore", "cryptography", "agents", "strands", "google.adk", "pydantic_ai")
+    # structural, not timed: what ``import evstore`` must leave for the call that needs it. asyncio
+    # (with ssl, socket, subprocess, concurrent.futures and logging behind it) is the async API's,
+    # loaded when evstore.AsyncStore is first named; click is the CLI's
+    heavy = (
+        "boto3",
+        "botocore",
+        "urllib3",
+        "cryptography",
+        "asyncio",
+        "concurrent.futures",
+        "ssl",
+        "logging",
+        "click",
+        "agents",
+        "strands",
+        "google.adk",
+        "pydantic_ai",
+        "langgraph",
+        "evstore._async",
+        "evstore._backends._s3",
+        "evstore.integrations",
+    )
     code = f"import sys, evstore; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "[]"
