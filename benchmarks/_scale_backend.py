@@ -115,8 +115,9 @@ class _SortedKeys:
 
 
 class FastMemory(ObjectStore):
-    """An in-memory bucket with a sorted key index. Thread-safe. Insertion order is kept, so that
-    ``first(n)`` can rebuild the bucket as it was after its first ``n`` objects were created."""
+    """An in-memory bucket with a sorted key index. Thread-safe. Every creation and deletion is
+    logged, so that ``first(n)`` can rebuild the bucket as it was after its first ``n`` objects
+    were created (``created``: how many have been so far)."""
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._objects: dict[str, _Entry] = {}
@@ -126,22 +127,32 @@ class FastMemory(ObjectStore):
         self._clock = clock or (lambda: datetime.now(UTC))
         self.replaced = 0  # replace() calls: a copy by creation order is exact only without them
         self.location = "fastmemory://"
+        self._created: list[tuple[str, _Entry]] = []  # every creation, in order
+        self._deleted: dict[str, list[int]] = {}  # key -> how many had been created when it was deleted, each time
 
     def __len__(self) -> int:
         return len(self._objects)
 
     # ---- bulk setup (not requests) ---------------------------------------------
 
+    @property
+    def created(self) -> int:
+        return len(self._created)
+
     def first(self, count: int) -> FastMemory:
-        """A new bucket holding this one's first ``count`` objects in creation order (same bytes)."""
+        """A new bucket holding what this one held once its first ``count`` objects were created
+        (same bytes): those created by then and not deleted by then."""
         copy = FastMemory(self._clock)
         with self._lock:
-            copy._objects = dict(itertools.islice(self._objects.items(), count))
+            for index, (key, entry) in enumerate(itertools.islice(self._created, count)):
+                if not any(index < when <= count for when in self._deleted.get(key, ())):
+                    copy._objects[key] = entry
+            copy._created = list(itertools.islice(self._created, count))
         copy._keys = _SortedKeys(copy._objects)
         return copy
 
     def copy(self) -> FastMemory:
-        return self.first(len(self._objects))
+        return self.first(self.created)
 
     def put_entries(self, entries: Iterable[tuple[str, bytes, str, datetime, Mapping[str, str]]]) -> None:
         """Store objects as given, (key, data, etag, modified, metadata) each: byte-for-byte copies
@@ -149,6 +160,7 @@ class FastMemory(ObjectStore):
         with self._lock:
             for key, data, etag, modified, metadata in entries:
                 self._objects[key] = _Entry(data, etag, modified, dict(metadata), {})
+                self._created.append((key, self._objects[key]))
             self._keys = _SortedKeys(self._objects)
 
     def entries(self, prefix: str = "") -> list[tuple[str, bytes, str, datetime, dict[str, str]]]:
@@ -173,6 +185,7 @@ class FastMemory(ObjectStore):
                 raise ObjectExists(key)
             self._objects[key] = entry
             self._keys.add(key)
+            self._created.append((key, entry))
         return entry.etag
 
     def replace(
@@ -251,6 +264,7 @@ class FastMemory(ObjectStore):
             for key in batch:
                 if self._objects.pop(key, None) is not None:
                     self._keys.remove(key)
+                    self._deleted.setdefault(key, []).append(len(self._created))
         return (len(batch) + 999) // 1000
 
     def get_tags(self, key: str) -> dict[str, str]:

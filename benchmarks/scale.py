@@ -282,7 +282,7 @@ class Bulk:
             for i in range(1, sizes[-1] + 1):
                 writer.append(make(i))
                 if i in self.needs[kind]:
-                    marks[i] = len(bucket)
+                    marks[i] = bucket.created
         if bucket.replaced:
             raise RuntimeError("an append replaced an object: a copy by creation order would not be exact")
         self.seconds[kind] = time.perf_counter() - started

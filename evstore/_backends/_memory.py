@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -28,9 +30,10 @@ def etag_of(data: bytes) -> str:
 
 
 def page_of(
-    keys: list[str], infos: Callable[[str], ObjectInfo], prefix: str, start_after: str, max_keys: int, delimiter: str
+    keys: Iterable[str], infos: Callable[[str], ObjectInfo], prefix: str, start_after: str, max_keys: int, delimiter: str
 ) -> ListPage:
-    """One LIST page over sorted ``keys``, with S3's semantics for start-after and delimiter."""
+    """One LIST page over sorted ``keys`` (read only as far as the page goes), with S3's
+    semantics for start-after and delimiter."""
     objects: list[ObjectInfo] = []
     prefixes: list[str] = []
     last = start_after
@@ -69,6 +72,7 @@ class _Entry(msgspec.Struct):
 class MemoryStore(ObjectStore):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._objects: dict[str, _Entry] = {}
+        self._sorted: list[str] = []  # the keys of ``_objects`` in order: a page is found by bisection
         self._lifecycle: list[LifecycleRule] = []
         self._lock = threading.Lock()
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -85,6 +89,7 @@ class MemoryStore(ObjectStore):
             if key in self._objects:
                 raise ObjectExists(key)
             self._objects[key] = entry
+            bisect.insort(self._sorted, key)
         return entry.etag
 
     def replace(
@@ -122,21 +127,22 @@ class MemoryStore(ObjectStore):
         return ObjectInfo(key, len(e.data), e.etag, e.modified, dict(e.metadata))
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        with self._lock:
-            keys = sorted(k for k in self._objects if k.startswith(prefix))
-            snapshot = {k: self._objects[k] for k in keys}
-
         def info(key: str) -> ObjectInfo:
-            e = snapshot[key]
+            e = self._objects[key]
             return ObjectInfo(key, len(e.data), e.etag, e.modified)
 
-        return page_of(keys, info, prefix, start_after, max_keys, delimiter)
+        with self._lock:  # O(log N + the keys the page passes over)
+            keys = self._sorted
+            first = bisect.bisect_right(keys, start_after) if start_after >= prefix else bisect.bisect_left(keys, prefix)
+            under = itertools.takewhile(lambda key: key.startswith(prefix), itertools.islice(keys, first, None))
+            return page_of(under, info, prefix, start_after, max_keys, delimiter)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         batch = list(keys)
         with self._lock:
             for key in batch:
-                self._objects.pop(key, None)
+                if self._objects.pop(key, None) is not None:
+                    del self._sorted[bisect.bisect_left(self._sorted, key)]
         return (len(batch) + 999) // 1000
 
     def get_tags(self, key: str) -> dict[str, str]:
