@@ -65,7 +65,7 @@ class StoreContext:
         keyring: Keyring | None = None,
         require_encryption: bool = False,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        concurrency: int = 16,
+        concurrency: int = 32,
         auto_compact: int | None = DEFAULT_AUTO_COMPACT,
         writer_lease: float = DEFAULT_WRITER_LEASE,
         clock: Callable[[], datetime] = utc_now,

@@ -104,6 +104,8 @@ _GROUP_BYTES = 32 * 1024 * 1024
 #: Names per LIST page of the loose events a chain of segments covers (S3's most): the pages
 #: go out side by side with the segment GETs, one per this many events (``_listed_md5s``).
 _LISTED = 1000
+#: A segment's listed (compressed) size times this is what a read counts it to hold in memory.
+_EXPANSION = 8
 #: A segment is worth its GET when at least half its events are wanted, or at least this many:
 #: fewer loose GETs than that cost less than its bytes, more cost more (compaction retires the
 #: lower levels inside a higher one, so a range inside a long segment has no shorter one to take).
@@ -986,7 +988,9 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     cursor = max(start, loaded.first_own)
     chain = segment_chain(loaded.meta.segments, cursor, end)
     def size_of(segment: tuple[int, int]) -> int:
-        return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
+        # what it holds once decompressed, as far as its listed size tells: zstd shrinks agent
+        # transcripts 3-12x (docs/format.md), and a segment never expands past the limit
+        return min(loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES) * _EXPANSION, MAX_SEGMENT_BYTES)
 
     groups: list[list[tuple[int, int]]] = []
     group_bytes = 0

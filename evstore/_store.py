@@ -54,7 +54,7 @@ class Store:
         keyring: Keyring | None = None,
         require_encryption: bool = False,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-        concurrency: int = 16,
+        concurrency: int = 32,
         auto_compact: int | None = DEFAULT_AUTO_COMPACT,
         writer_lease: float = DEFAULT_WRITER_LEASE,
         clock: Callable[[], datetime] = utc_now,
