@@ -1,8 +1,22 @@
 """The async API: ``AsyncStore`` and ``AsyncSession`` over a sync ``Store``.
 
-Every blocking call runs in a bounded thread pool the ``AsyncStore`` owns
-(``max_workers`` threads, started lazily), over the same ``Store`` object and
-therefore the same objects and sessions as the sync API.
+Every blocking call runs in a bounded thread pool the ``AsyncStore`` owns, over
+the same ``Store`` object and therefore the same objects and sessions as the
+sync API.
+
+The pool: at most ``max_workers`` threads (``DEFAULT_MAX_WORKERS``, 256, by
+default), each started only when a call finds no idle one, and each retired
+after ``IDLE_SECONDS`` without work; a call that finds all of them busy queues.
+A session costs no thread: a thousand sessions appending at once share the
+pool. Why 256: a worker spends a request's round trip blocked on I/O with the
+GIL released, so threads, not CPU, bound throughput until one process's CPU
+does (on two cores, about 10,000 small appends/s over a 20 ms backend, i.e.
+200 requests in flight; with boto3's own CPU per request, less); a blocked
+thread costs about 16 KiB of resident memory (its stack is reserved, not
+touched). Beyond that number more threads only contend for the GIL. Give
+``S3Store`` at least as many connections (``max_pool_connections``, 512 by
+default), or requests beyond its pool each open a connection of their own.
+A call's result reaches the event loop by one ``call_soon_threadsafe``.
 
 Cancellation contract (``AsyncStore.run`` and every method built on it): a
 call that has started in the pool is never abandoned. When the awaiting task
@@ -26,12 +40,14 @@ either: it is cancelled outright, and the outcome says so (``started`` False).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
+from queue import Empty, SimpleQueue
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from ._chain import Receipt
@@ -47,6 +63,10 @@ P = ParamSpec("P")
 
 #: Events fetched per pool round trip by ``AsyncStore.replay``.
 REPLAY_BATCH = 256
+#: ``AsyncStore``'s ``max_workers`` by default (see the module's docstring for why).
+DEFAULT_MAX_WORKERS = 256
+#: A worker with no call for this many seconds ends (the next burst starts threads again).
+IDLE_SECONDS = 60.0
 _OUTCOME_ATTR = "evstore_outcome"
 
 
@@ -80,6 +100,152 @@ class Outcome(Generic[T]):
         return f"Outcome(error={type(self.error).__name__}, started={self.started})"
 
 
+_QUEUED, _STARTED, _CANCELLED = 0, 1, 2
+
+
+class _Job:
+    """One call for the pool: run ``fn`` in ``context`` and hand its outcome to ``future`` on ``loop``."""
+
+    __slots__ = ("args", "context", "fn", "future", "kwargs", "loop", "state")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        context: contextvars.Context,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.loop = loop
+        self.future = future
+        self.context = context
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.state = _QUEUED
+
+
+class _CallFuture(asyncio.Future[T]):
+    """The future ``AsyncStore.run`` awaits. Cancelling it (as a task cancelled while it awaits
+    does) succeeds only while its call is still queued, which then never runs; once a worker has
+    started the call, ``cancel`` returns False, so the task's ``CancelledError`` waits for the
+    call's outcome and is raised then (asyncio's own rule for a future that refuses to cancel)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: _Pool) -> None:
+        super().__init__(loop=loop)
+        self._evstore_pool = pool
+        self._evstore_job: _Job | None = None
+
+    def cancel(self, msg: Any = None) -> bool:
+        job = self._evstore_job
+        if job is not None and not self.done() and not self._evstore_pool.cancel(job):
+            return False  # running, or finished with its outcome on its way to the loop
+        return super().cancel(msg)
+
+
+class _Pool:
+    """At most ``size`` worker threads over one FIFO queue, started on demand, ended when idle.
+
+    Under ``lock``: ``queued`` calls wait in the queue and ``waiting`` workers wait for one
+    (a thread being started counts as waiting). A submit starts a thread only when the calls
+    queued outnumber the workers waiting and the bound allows; a worker idle for
+    ``idle_seconds`` ends only while the others waiting still outnumber the calls queued.
+    A worker holds no reference to the ``AsyncStore``, so an ``AsyncStore`` dropped without
+    ``aclose`` ends its workers (``weakref.finalize`` calls ``close``). Workers are daemon
+    threads: an interpreter exits without them, and by then ``asyncio.run`` has waited for
+    every call that started (a cancelled call waits for its outcome), so none is cut short.
+    """
+
+    def __init__(self, size: int, idle_seconds: float) -> None:
+        self.size = size
+        self.idle_seconds = idle_seconds
+        self.queue: SimpleQueue[_Job | None] = SimpleQueue()
+        self.lock = threading.Lock()
+        self.threads: set[threading.Thread] = set()
+        self.queued = 0
+        self.waiting = 0
+        self.closed = False
+        self._started = 0
+
+    def submit(self, job: _Job) -> None:
+        with self.lock:
+            if self.closed:
+                raise InvalidInputError("this AsyncStore is closed")
+            self.queue.put(job)
+            self.queued += 1
+            if self.queued > self.waiting and len(self.threads) < self.size:
+                self._started += 1
+                thread = threading.Thread(target=self._work, name=f"evstore-async-{self._started}", daemon=True)
+                self.threads.add(thread)
+                self.waiting += 1
+                thread.start()
+
+    def cancel(self, job: _Job) -> bool:
+        """Cancel ``job`` if no worker has started it (it will then never run)."""
+        with self.lock:
+            if job.state != _QUEUED:
+                return False
+            job.state = _CANCELLED
+            return True
+
+    def close(self) -> list[threading.Thread]:
+        """Refuse new calls; each worker ends after the calls queued before it. The threads to join."""
+        with self.lock:
+            self.closed = True
+            threads = list(self.threads)
+            for _ in threads:
+                self.queue.put(None)
+        return threads
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        while True:  # counted in ``waiting`` here
+            try:
+                job = self.queue.get(timeout=self.idle_seconds)
+            except Empty:
+                with self.lock:
+                    if self.waiting - 1 >= self.queued:  # the others waiting cover every queued call
+                        self.waiting -= 1
+                        self.threads.discard(me)
+                        return
+                continue
+            with self.lock:
+                self.waiting -= 1
+                if job is None:  # closed
+                    self.threads.discard(me)
+                    return
+                self.queued -= 1
+                run = job.state == _QUEUED
+                if run:
+                    job.state = _STARTED
+            if run:
+                _run_job(job)
+            with self.lock:
+                self.waiting += 1
+
+
+def _run_job(job: _Job) -> None:
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        value = job.context.run(job.fn, *job.args, **job.kwargs)
+    except BaseException as exc:  # the call's outcome, whatever it is (as concurrent.futures)
+        error = exc
+    job.fn = job.args = job.kwargs = None  # type: ignore[assignment]  # drop references early
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits the outcome
+        job.loop.call_soon_threadsafe(_deliver, job.future, value, error)
+
+
+def _deliver(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(value)
+    else:
+        future.set_exception(error)
+
+
 def _outcome_of(future: asyncio.Future[T]) -> Outcome[T]:
     if future.cancelled():  # the pool dropped the call before it started (shutdown)
         return Outcome(None, asyncio.CancelledError(), started=False)
@@ -96,25 +262,16 @@ class AsyncStore:
     (or ``async with``) shuts the pool down; it does not close the store.
     """
 
-    def __init__(self, store: Store, *, max_workers: int = 8) -> None:
+    def __init__(self, store: Store, *, max_workers: int = DEFAULT_MAX_WORKERS) -> None:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidInputError("max_workers must be a positive integer")
         self.store = store
         self.max_workers = max_workers
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-        self._closed = False
+        self._pool = _Pool(max_workers, IDLE_SECONDS)
+        weakref.finalize(self, self._pool.close)  # dropped without aclose: the workers end
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.store!r}, max_workers={self.max_workers})"
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._closed:
-                raise InvalidInputError("this AsyncStore is closed")
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="evstore-async")
-            return self._pool
 
     async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run the blocking ``fn(*args, **kwargs)`` in the pool and return its result.
@@ -123,15 +280,17 @@ class AsyncStore:
         outcome, then raise the ``CancelledError`` (``AsyncStore.outcome(exc)``
         tells the outcome). Adapters build everything on this.
         """
+        loop = asyncio.get_running_loop()
+        future: _CallFuture[T] = _CallFuture(loop, self._pool)
         context = contextvars.copy_context()  # as asyncio.to_thread: contextvars reach fn
-        call = self._executor().submit(context.run, functools.partial(fn, *args, **kwargs))
-        future: asyncio.Future[T] = asyncio.wrap_future(call)
+        future._evstore_job = job = _Job(loop, future, context, fn, args, kwargs)
+        self._pool.submit(job)
         try:
-            return await asyncio.shield(future)
+            return await future  # a cancellation while fn runs is held until it settles: see _CallFuture
         except asyncio.CancelledError as cancelled:
-            if call.cancel():  # still queued: it never runs
+            if future.cancelled():  # it was still queued: it never runs
                 outcome: Outcome[T] = Outcome(None, asyncio.CancelledError(), started=False)
-            else:  # running or done: wait for its outcome
+            else:  # it ran: its outcome is in the future (settled already, but wait if not)
                 await _settle(future)
                 outcome = _outcome_of(future)
             setattr(cancelled, _OUTCOME_ATTR, outcome)
@@ -209,11 +368,9 @@ class AsyncStore:
     # ---- lifetime -------------------------------------------------------------
     async def aclose(self) -> None:
         """Shut the pool down after the calls in it finish (the store stays open)."""
-        with self._pool_lock:
-            self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, functools.partial(pool.shutdown, wait=True))
+        threads = self._pool.close()
+        if threads:
+            await asyncio.get_running_loop().run_in_executor(None, functools.partial(_join, threads))
 
     async def __aenter__(self) -> AsyncStore:
         return self
@@ -306,6 +463,11 @@ async def _settle(future: asyncio.Future[Any]) -> None:
                 return
         except BaseException:  # the call's own error: it is the outcome, read by the caller
             return
+
+
+def _join(threads: Iterable[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()
 
 
 def _take(events: Iterator[T], count: int) -> list[T]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -18,11 +19,14 @@ from evstore import (
     MemoryStore,
     ObjectStore,
     Outcome,
+    Session,
     SessionExistsError,
     SessionNotFoundError,
     Store,
     WriteConflictError,
+    _async,
 )
+from evstore._async import DEFAULT_MAX_WORKERS
 
 from .helpers import CountingStore, msg
 
@@ -309,3 +313,136 @@ def test_outcome_result_returns_or_raises() -> None:
     with pytest.raises(WriteConflictError):
         Outcome(None, error).result()
     assert AsyncStore.outcome(asyncio.CancelledError()) is None
+
+
+class GatedPuts(CountingStore):
+    """Holds each PUT of an event object until ``target`` of them are in flight at once (or
+    ``WAIT`` passes), then lets them all go; records the most in flight and the threads seen."""
+
+    def __init__(self, inner: ObjectStore, target: int) -> None:
+        super().__init__(inner)
+        self.target = target
+        self.in_flight = 0
+        self.most = 0
+        self.threads: set[str] = set()
+        self.reached = False
+        self._cond = threading.Condition()
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        if key.rsplit("/", 1)[-1].isdigit():
+            with self._cond:
+                self.in_flight += 1
+                self.most = max(self.most, self.in_flight)
+                self.threads.add(threading.current_thread().name)
+                if self.in_flight >= self.target:
+                    self.reached = True
+                    self._cond.notify_all()
+                self._cond.wait_for(lambda: self.reached, timeout=WAIT)
+                self.in_flight -= 1
+        with self._cond:  # CountingStore's counters are not made for threads
+            return super().create(key, data, metadata=metadata, tags=tags)
+
+
+def _fleet(count: int, target: int) -> tuple[GatedPuts, Store, list[Session]]:
+    gated = GatedPuts(MemoryStore(), target)
+    store = Store(gated, root="root")
+    return gated, store, [store.create(f"s{i}") for i in range(count)]
+
+
+def test_by_default_a_fleet_of_sessions_appends_in_parallel_on_a_bounded_pool() -> None:
+    """Structural: 300 sessions append at once through the defaults; the backend sees a full
+    pool's worth of PUTs in flight together, and never more: the rest queue, no thread per session."""
+    assert DEFAULT_MAX_WORKERS >= 200  # a fleet's round trips overlap, not 8 at a time
+    sessions_count = DEFAULT_MAX_WORKERS + 44
+    gated, store, sessions = _fleet(sessions_count, DEFAULT_MAX_WORKERS)
+
+    async def main() -> list[int]:
+        async with AsyncStore(store) as astore:
+            assert astore.max_workers == DEFAULT_MAX_WORKERS
+            return list(await asyncio.gather(*(AsyncSession(astore, s).append(msg("hi")) for s in sessions)))
+
+    assert run(main()) == [1] * sessions_count
+    assert gated.reached and gated.most == DEFAULT_MAX_WORKERS
+    assert len(gated.threads) == DEFAULT_MAX_WORKERS
+    assert all(name.startswith("evstore-async-") for name in gated.threads)
+
+
+def test_max_workers_bounds_the_requests_in_flight_and_threads_start_only_as_needed() -> None:
+    gated, store, sessions = _fleet(40, 4)  # the first four PUTs go together, the rest as they come
+
+    async def main() -> None:
+        astore = AsyncStore(store, max_workers=4)
+        assert astore._pool.threads == set()  # nothing started before the first call
+        assert await astore.run(sum, [1, 2]) == 3
+        assert len(astore._pool.threads) == 1  # one call, one thread
+        await asyncio.gather(*(AsyncSession(astore, s).append(msg("hi")) for s in sessions))
+        assert len(astore._pool.threads) == 4
+        threads = list(astore._pool.threads)
+        await astore.aclose()
+        assert not any(t.is_alive() for t in threads)
+
+    run(main())
+    assert gated.most == 4 and len(gated.threads) == 4
+    assert all(store.info(s.id).head == 1 for s in sessions)
+
+
+def test_idle_workers_end_and_a_later_call_starts_one_again(memory_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_async, "IDLE_SECONDS", 0.05)
+
+    async def main() -> None:
+        astore = AsyncStore(memory_store, max_workers=3)
+        gate = threading.Event()
+        held = [asyncio.create_task(astore.run(gate.wait, WAIT)) for _ in range(3)]
+        await spin()
+        threads = list(astore._pool.threads)
+        assert len(threads) == 3
+        gate.set()
+        assert await asyncio.gather(*held) == [True] * 3
+        await asyncio.to_thread(_join_all, threads)  # each ends once idle for IDLE_SECONDS
+        assert astore._pool.threads == set() and astore._pool.waiting == 0
+        assert await astore.run(sum, [4]) == 4  # the next call starts a worker again
+        assert len(astore._pool.threads) == 1
+        await astore.aclose()
+
+    run(main())
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+
+
+def test_an_async_store_dropped_without_aclose_ends_its_workers(memory_store: Store) -> None:
+    async def main() -> list[threading.Thread]:
+        astore = AsyncStore(memory_store, max_workers=2)
+        await astore.run(sum, [1])
+        return list(astore._pool.threads)
+
+    threads = run(main())  # the AsyncStore is unreachable once main returns
+    gc.collect()
+    _join_all(threads)
+
+
+def test_calls_queued_before_aclose_still_run(memory_store: Store) -> None:
+    ran: list[int] = []
+    gate = threading.Event()
+
+    async def main() -> None:
+        astore = AsyncStore(memory_store, max_workers=1)
+        first = asyncio.create_task(astore.run(gate.wait, WAIT))
+        queued = [asyncio.create_task(astore.run(ran.append, i)) for i in range(3)]
+        await spin()
+        closing = asyncio.create_task(astore.aclose())
+        await spin()
+        with pytest.raises(InvalidInputError):
+            await astore.run(ran.append, 99)
+        threads = list(astore._pool.threads)
+        gate.set()
+        await asyncio.gather(first, *queued, closing)  # aclose returns once its workers ended
+        assert astore._pool.threads == set() and not any(t.is_alive() for t in threads)
+
+    run(main())
+    assert ran == [0, 1, 2]

@@ -66,6 +66,12 @@ from ._retry import (
     backoff_delay,
 )
 
+#: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
+#: once: ``AsyncStore``'s workers (256 by default) and the ``Store``'s own pool for reads
+#: (2 x ``concurrency``, 32 by default), rounded up so that a raised concurrency fits too. urllib3
+#: opens connections on demand, so an unused bound costs nothing; a request beyond the bound opens
+#: a connection of its own and drops it after (a TCP and TLS handshake per request).
+DEFAULT_MAX_POOL_CONNECTIONS = 512
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 #: Error codes botocore's standard mode treats as throttling or transient (besides any 5xx).
 _THROTTLING = frozenset(
@@ -183,7 +189,7 @@ class S3Store(ObjectStore):
         retry_backoff: float = DEFAULT_RETRY_BACKOFF,
         retry_mode: str | None = None,
         on_retry: RetryNote | None = None,
-        max_pool_connections: int = 32,
+        max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
     ) -> None:
         self.bucket = bucket
         self.endpoint_url = endpoint_url
