@@ -68,7 +68,7 @@ from ._retry import (
 
 #: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
 #: once: ``AsyncStore``'s workers (256 by default) and the ``Store``'s own pool for reads
-#: (2 x ``concurrency``, 32 by default), rounded up so that a raised concurrency fits too. urllib3
+#: (2 x ``concurrency``, 64 by default), rounded up so that a raised concurrency fits too. urllib3
 #: opens connections on demand, so an unused bound costs nothing; a request beyond the bound opens
 #: a connection of its own and drops it after (a TCP and TLS handshake per request).
 DEFAULT_MAX_POOL_CONNECTIONS = 512
