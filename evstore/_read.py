@@ -349,10 +349,12 @@ def finish_load(ctx: StoreContext, sent: _SentLoad, *, deleted_ok: bool = True) 
     return _loaded(ctx, sent.session_id, sent.manifest.result(), sent.listings, deleted_ok)
 
 
-def cancel_load(sent: _SentLoad) -> None:
-    """Drop a load sent ahead (requests already running finish unread)."""
+def cancel_load(sent: _SentLoad, *, settle: bool = False) -> None:
+    """Drop a load sent ahead: what is queued is not sent; what runs finishes unread, and with
+    ``settle`` is waited for (a call that fails leaves no request of its own running on)."""
     for listing in sent.listings:
-        listing.cancel()
+        if not listing.cancel() and settle:
+            listing.exception()  # waits; its outcome is not wanted
 
 
 def _loaded(

@@ -495,7 +495,12 @@ def open_session(
     ``SessionNotFoundError`` is raised, ``deleted`` set)."""
     sent = _read.send_load(ctx, session_id)  # the manifest GET and the listing, together
     try:
-        if create_missing and sent.manifest.result() is None:
+        found = sent.manifest.result()
+    except BaseException:
+        _read.cancel_load(sent, settle=True)
+        raise
+    try:
+        if create_missing and found is None:
             _read.cancel_load(sent)
             raise SessionNotFoundError(session_id)
         loaded = _read.finish_load(ctx, sent, deleted_ok=False)

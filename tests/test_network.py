@@ -217,7 +217,7 @@ def test_a_silent_server_fails_the_library_after_the_attempts_given(silent: Sile
     message = str(failure.value)
     assert "no answer within the 0.3 s read timeout after 2 attempts" in message
     assert "EVSTORE_READ_TIMEOUT" in message and "\n" not in message
-    assert silent.connections == 2
+    assert silent.connections == 4  # the manifest GET and the listing sent with it: 2 attempts each
     store.close()
 
 
@@ -263,7 +263,7 @@ def test_the_command_fails_one_line_within_the_configured_bound(
     assert len(lines) == 1, run.stderr  # stderr is not a terminal: no retry notes
     assert lines[0].startswith("evstore: ")
     assert "no answer within the 1 s read timeout after 2 attempts" in lines[0]
-    assert silent.connections == 2
+    assert silent.connections == 4  # append opens the session: its manifest GET and listing, 2 attempts each
 
 
 def test_the_command_notes_each_retry_when_stderr_is_a_terminal(silent: SilentServer) -> None:
