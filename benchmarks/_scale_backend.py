@@ -1,10 +1,10 @@
 """Backends for benchmarks/scale.py: a fast in-memory store for bulk setup, and a recorder.
 
-``FastMemory`` keeps MemoryStore's semantics (conditional create and replace,
-MD5 ETags, S3's start-after and delimiter rules) with a sorted key index, so
-that one LIST page costs O(page) whatever the store holds: a benchmark fake
-for building and reading sessions of 300,000 events or stores of 1,000,000
-sessions quickly. Its speed is not a figure; the requests through it are.
+``FastMemory`` is evstore's ``MemoryStore`` (a LIST page costs O(page) there
+too) that logs creations and deletions, for building sessions of 300,000
+events once and reading them at every smaller length, and for filling stores
+of 1,000,000 sessions in bulk. Its speed is not a figure; the requests through
+it are.
 
 ``Recorder`` wraps any backend, optionally sleeps a fixed delay per request
 (so requests sent together overlap in time and can be told apart from
@@ -16,7 +16,6 @@ used, so the figures do not depend on evstore's internals.
 from __future__ import annotations
 
 import bisect
-import hashlib
 import heapq
 import itertools
 import threading
@@ -24,20 +23,18 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import Any
 
-from evstore import ObjectStore
+from evstore import MemoryStore, ObjectStore
 from evstore._backends import (
     IncompleteUpload,
     LifecycleRule,
     ListPage,
-    ObjectExists,
     ObjectInfo,
-    ObjectMissing,
-    ObjectRefused,
-    PreconditionFailed,
     StoredObject,
 )
+from evstore._backends._memory import _Entry
 
 #: Estimated bytes of a LIST response: S3's ListObjectsV2 XML spends about this much per key
 #: (Key, LastModified, ETag, Size, StorageClass), plus an envelope (Name, Prefix, KeyCount, ...).
@@ -47,93 +44,20 @@ LIST_ENVELOPE_BYTES = 300
 KINDS = ("PUT", "GET", "HEAD", "LIST", "DELETE")
 
 
-def _etag(data: bytes) -> str:
-    return '"' + hashlib.md5(data, usedforsecurity=False).hexdigest() + '"'
-
-
-@dataclass
-class _Entry:
-    data: bytes
-    etag: str
-    modified: datetime
-    metadata: dict[str, str]
-    tags: dict[str, str]
-
-
-class _SortedKeys:
-    """Keys in order, in blocks of at most ``2 * LOAD``: insert, remove and seek cost O(log n + LOAD)."""
-
-    LOAD = 1000
-
-    def __init__(self, keys: Iterable[str] = ()) -> None:
-        ordered = sorted(keys)
-        self.blocks = [ordered[i : i + self.LOAD] for i in range(0, len(ordered), self.LOAD)]
-        self.firsts = [block[0] for block in self.blocks]
-
-    def add(self, key: str) -> None:
-        if not self.blocks:
-            self.blocks, self.firsts = [[key]], [key]
-            return
-        b = max(0, bisect.bisect_right(self.firsts, key) - 1)
-        block = self.blocks[b]
-        bisect.insort(block, key)
-        self.firsts[b] = block[0]
-        if len(block) > 2 * self.LOAD:
-            self.blocks[b : b + 1] = [block[: self.LOAD], block[self.LOAD :]]
-            self.firsts[b : b + 1] = [block[0], block[self.LOAD]]
-
-    def remove(self, key: str) -> None:
-        b = bisect.bisect_right(self.firsts, key) - 1
-        if b < 0:
-            return
-        block = self.blocks[b]
-        j = bisect.bisect_left(block, key)
-        if j < len(block) and block[j] == key:
-            del block[j]
-            if block:
-                self.firsts[b] = block[0]
-            else:
-                del self.blocks[b], self.firsts[b]
-
-    def seek(self, key: str, *, after: bool = False) -> tuple[int, int]:
-        """The position (block, index) of the first key >= ``key`` (> ``key`` with ``after``)."""
-        if not self.blocks:
-            return 0, 0
-        b = max(0, bisect.bisect_right(self.firsts, key) - 1)
-        block = self.blocks[b]
-        j = (bisect.bisect_right if after else bisect.bisect_left)(block, key)
-        return (b + 1, 0) if j == len(block) else (b, j)
-
-    def walk(self, b: int, j: int) -> Iterator[tuple[int, int, str]]:
-        """(block, index, key) from position (b, j) on."""
-        while b < len(self.blocks):
-            block = self.blocks[b]
-            while j < len(block):
-                yield b, j, block[j]
-                j += 1
-            b, j = b + 1, 0
-
-
-class FastMemory(ObjectStore):
-    """An in-memory bucket with a sorted key index. Thread-safe. Every creation and deletion is
-    logged, so that ``first(n)`` can rebuild the bucket as it was after its first ``n`` objects
-    were created (``created``: how many have been so far)."""
+class FastMemory(MemoryStore):
+    """evstore's ``MemoryStore``, logging every creation and deletion, so that ``first(n)`` can
+    rebuild the bucket as it was after its first ``n`` objects were created (``created``: how
+    many have been so far), and ``put_entries`` can fill it in bulk."""
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
-        self._objects: dict[str, _Entry] = {}
-        self._keys = _SortedKeys()
-        self._rules: list[LifecycleRule] = []
-        self._lock = threading.Lock()
-        self._clock = clock or (lambda: datetime.now(UTC))
-        self.replaced = 0  # replace() calls: a copy by creation order is exact only without them
+        super().__init__(clock)
         self.location = "fastmemory://"
+        self.replaced = 0  # replace() calls: a copy by creation order is exact only without them
         self._created: list[tuple[str, _Entry]] = []  # every creation, in order
         self._deleted: dict[str, list[int]] = {}  # key -> how many had been created when it was deleted, each time
 
     def __len__(self) -> int:
         return len(self._objects)
-
-    # ---- bulk setup (not requests) ---------------------------------------------
 
     @property
     def created(self) -> int:
@@ -144,11 +68,11 @@ class FastMemory(ObjectStore):
         (same bytes): those created by then and not deleted by then."""
         copy = FastMemory(self._clock)
         with self._lock:
-            for index, (key, entry) in enumerate(itertools.islice(self._created, count)):
+            copy._created = list(itertools.islice(self._created, count))
+            for index, (key, entry) in enumerate(copy._created):
                 if not any(index < when <= count for when in self._deleted.get(key, ())):
                     copy._objects[key] = entry
-            copy._created = list(itertools.islice(self._created, count))
-        copy._keys = _SortedKeys(copy._objects)
+        copy._sorted = sorted(copy._objects)
         return copy
 
     def copy(self) -> FastMemory:
@@ -156,133 +80,42 @@ class FastMemory(ObjectStore):
 
     def put_entries(self, entries: Iterable[tuple[str, bytes, str, datetime, Mapping[str, str]]]) -> None:
         """Store objects as given, (key, data, etag, modified, metadata) each: byte-for-byte copies
-        of another bucket's objects, replacing any there. The index is rebuilt once, at the end."""
+        of another bucket's objects, replacing any there. The index is sorted once, at the end."""
         with self._lock:
             for key, data, etag, modified, metadata in entries:
                 self._objects[key] = _Entry(data, etag, modified, dict(metadata), {})
                 self._created.append((key, self._objects[key]))
-            self._keys = _SortedKeys(self._objects)
+            self._sorted = sorted(self._objects)
 
     def entries(self, prefix: str = "") -> list[tuple[str, bytes, str, datetime, dict[str, str]]]:
         """(key, data, etag, modified, metadata) of every object under ``prefix``, in key order."""
-        found = []
         with self._lock:
-            for _, _, key in self._keys.walk(*self._keys.seek(prefix)):
-                if not key.startswith(prefix):
-                    break
-                e = self._objects[key]
-                found.append((key, e.data, e.etag, e.modified, e.metadata))
-        return found
-
-    # ---- the ObjectStore interface ---------------------------------------------
+            keys = [key for key in self._sorted[bisect.bisect_left(self._sorted, prefix) :] if key.startswith(prefix)]
+            found = [(key, self._objects[key]) for key in keys]
+        return [(key, e.data, e.etag, e.modified, dict(e.metadata)) for key, e in found]
 
     def create(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
     ) -> str:
-        entry = _Entry(bytes(data), _etag(data), self._clock(), dict(metadata or {}), dict(tags or {}))
+        etag = super().create(key, data, metadata=metadata, tags=tags)
         with self._lock:
-            if key in self._objects:
-                raise ObjectExists(key)
-            self._objects[key] = entry
-            self._keys.add(key)
-            self._created.append((key, entry))
-        return entry.etag
+            self._created.append((key, self._objects[key]))
+        return etag
 
-    def replace(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        etag: str,
-        metadata: Mapping[str, str] | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> str:
-        entry = _Entry(bytes(data), _etag(data), self._clock(), dict(metadata or {}), dict(tags or {}))
-        with self._lock:
-            current = self._objects.get(key)
-            if current is None or current.etag != etag:
-                raise PreconditionFailed(key)
-            self._objects[key] = entry
-            self.replaced += 1
-        return entry.etag
-
-    def _entry(self, key: str) -> _Entry:
-        with self._lock:
-            entry = self._objects.get(key)
-        if entry is None:
-            raise ObjectMissing(key)
-        return entry
-
-    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
-        e = self._entry(key)
-        if max_bytes is not None and len(e.data) > max_bytes:
-            raise ObjectRefused(key, f"the object is {len(e.data)} bytes, over the read limit of {max_bytes} bytes")
-        return StoredObject(key, e.data, e.etag, e.modified, dict(e.metadata))
-
-    def head(self, key: str) -> ObjectInfo:
-        e = self._entry(key)
-        return ObjectInfo(key, len(e.data), e.etag, e.modified, dict(e.metadata))
-
-    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        objects: list[ObjectInfo] = []
-        prefixes: list[str] = []
-        last = start_after
-        truncated = False
-        with self._lock:
-            index = self._keys
-            b, j = index.seek(start_after, after=True) if start_after >= prefix else index.seek(prefix)
-            while b < len(index.blocks):
-                key = index.blocks[b][j]
-                if not key.startswith(prefix):
-                    break
-                cut = key.find(delimiter, len(prefix)) if delimiter else -1
-                if cut >= 0:
-                    common = key[: cut + len(delimiter)]
-                    if common > start_after:
-                        if len(objects) + len(prefixes) >= max_keys:
-                            truncated = True
-                            break
-                        prefixes.append(common)
-                        last = common
-                    # every key under ``common`` sorts before this bound: skip them in one seek
-                    b, j = index.seek(common[:-1] + chr(ord(common[-1]) + 1))
-                    continue
-                if len(objects) + len(prefixes) >= max_keys:
-                    truncated = True
-                    break
-                entry = self._objects[key]
-                objects.append(ObjectInfo(key, len(entry.data), entry.etag, entry.modified))
-                last = key
-                j += 1
-                if j == len(index.blocks[b]):
-                    b, j = b + 1, 0
-        return ListPage(objects, prefixes, truncated, last)
+    def replace(self, key: str, data: bytes, *, etag: str, **kwargs: Any) -> str:
+        new = super().replace(key, data, etag=etag, **kwargs)
+        self.replaced += 1
+        return new
 
     def delete_many(self, keys: Iterable[str]) -> int:
         batch = list(keys)
         with self._lock:
-            for key in batch:
-                if self._objects.pop(key, None) is not None:
-                    self._keys.remove(key)
-                    self._deleted.setdefault(key, []).append(len(self._created))
-        return (len(batch) + 999) // 1000
-
-    def get_tags(self, key: str) -> dict[str, str]:
-        return dict(self._entry(key).tags)
-
-    def get_lifecycle(self) -> list[LifecycleRule]:
+            gone = [key for key in batch if key in self._objects]
+        requests = super().delete_many(batch)
         with self._lock:
-            return [dict(rule) for rule in self._rules]
-
-    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        with self._lock:
-            self._rules = [dict(rule) for rule in rules]
-
-    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
-        return iter(())
-
-    def abort_upload(self, key: str, upload_id: str) -> None:
-        raise ObjectMissing(key)
+            for key in gone:
+                self._deleted.setdefault(key, []).append(len(self._created))
+        return requests
 
 
 @dataclass
