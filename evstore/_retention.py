@@ -83,21 +83,19 @@ import copy
 import heapq
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _lifecycle
 from ._backends import (
-    IncompleteUpload,
-    LifecycleRule,
+    Forwarding,
     ListPage,
     ObjectInfo,
     ObjectMissing,
     ObjectRefused,
     ObjectStore,
-    StoredObject,
 )
 from ._codec import FORMAT_VERSION, MAX_SMALL_OBJECT_BYTES, Manifest, decode_manifest, encode_manifest, fence_of, parse_ts
 from ._context import FENCE_HOLD, StoreContext
@@ -159,77 +157,18 @@ _SHORTEST_MANIFEST = len(encode_manifest(Manifest(FORMAT_VERSION, "", "", "")))
 _UNREADABLE = "its manifest does not decode (corrupt, or a newer format)"
 
 
-class _Counted(ObjectStore):
+class _Counted(Forwarding):
     """The store's backend, counting the requests sent through it from any thread (a LIST page,
     a GET, each batch of a delete): what ``GcReport.requests`` reports."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.location = inner.location
+        super().__init__(inner)
         self.requests = 0
         self._lock = threading.Lock()
 
-    def _sent(self, requests: int = 1) -> None:
+    def _request(self, kind: str, key: str, times: int = 1) -> None:
         with self._lock:
-            self.requests += requests
-
-    def create(
-        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
-    ) -> str:
-        self._sent()
-        return self.inner.create(key, data, metadata=metadata, tags=tags)
-
-    def replace(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        etag: str,
-        metadata: Mapping[str, str] | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> str:
-        self._sent()
-        return self.inner.replace(key, data, etag=etag, metadata=metadata, tags=tags)
-
-    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
-        self._sent()
-        return self.inner.get(key, max_bytes=max_bytes)
-
-    def head(self, key: str) -> ObjectInfo:
-        self._sent()
-        return self.inner.head(key)
-
-    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        self._sent()
-        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        requests = self.inner.delete_many(keys)
-        self._sent(requests)
-        return requests
-
-    def get_tags(self, key: str) -> dict[str, str]:
-        self._sent()
-        return self.inner.get_tags(key)
-
-    def get_lifecycle(self) -> list[LifecycleRule]:
-        self._sent()
-        return self.inner.get_lifecycle()
-
-    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        self._sent()
-        self.inner.put_lifecycle(rules)
-
-    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
-        self._sent()  # one per 1,000 uploads on S3: counted as one, as a counting wrapper sees it
-        return self.inner.list_incomplete_uploads(prefix)
-
-    def abort_upload(self, key: str, upload_id: str) -> None:
-        self._sent()
-        self.inner.abort_upload(key, upload_id)
-
-    def close(self) -> None:
-        """The store's backend outlives a gc run."""
+            self.requests += times
 
 
 def _counted(ctx: StoreContext) -> tuple[StoreContext, _Counted]:

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from evstore import ObjectStore, StoreUnavailableError
-from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+from evstore._backends import Forwarding
 from evstore._ids import parse_segment
 
 
-class CountingStore(ObjectStore):
+class CountingStore(Forwarding):
     """Forwards to another backend and counts requests by kind (PUT, GET, HEAD, LIST, DELETE)."""
 
     def __init__(self, inner: ObjectStore) -> None:
-        self.inner = inner
-        self.location = inner.location
+        super().__init__(inner)
         self.counts: Counter[str] = Counter()
         self.keys: list[tuple[str, str]] = []
+
+    def _request(self, kind: str, key: str, times: int = 1) -> None:
+        for _ in range(times):
+            self._note(kind, key)
 
     def _note(self, kind: str, key: str) -> None:
         self.counts[kind] += 1
@@ -32,63 +35,6 @@ class CountingStore(ObjectStore):
     @property
     def total(self) -> int:
         return sum(self.counts.values())
-
-    def create(
-        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
-    ) -> str:
-        self._note("PUT", key)
-        return self.inner.create(key, data, metadata=metadata, tags=tags)
-
-    def replace(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        etag: str,
-        metadata: Mapping[str, str] | None = None,
-        tags: Mapping[str, str] | None = None,
-    ) -> str:
-        self._note("PUT", key)
-        return self.inner.replace(key, data, etag=etag, metadata=metadata, tags=tags)
-
-    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
-        self._note("GET", key)
-        return self.inner.get(key, max_bytes=max_bytes)
-
-    def head(self, key: str) -> ObjectInfo:
-        self._note("HEAD", key)
-        return self.inner.head(key)
-
-    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        self._note("LIST", prefix)
-        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
-
-    def delete_many(self, keys: Iterable[str]) -> int:
-        batch = list(keys)
-        requests = self.inner.delete_many(batch)
-        for _ in range(requests):
-            self._note("DELETE", batch[0] if batch else "")
-        return requests
-
-    def get_tags(self, key: str) -> dict[str, str]:
-        self._note("GET", key)
-        return self.inner.get_tags(key)
-
-    def get_lifecycle(self) -> list[LifecycleRule]:
-        self._note("GET", "?lifecycle")
-        return self.inner.get_lifecycle()
-
-    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        self._note("PUT", "?lifecycle")
-        self.inner.put_lifecycle(rules)
-
-    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
-        self._note("LIST", "?uploads")
-        return self.inner.list_incomplete_uploads(prefix)
-
-    def abort_upload(self, key: str, upload_id: str) -> None:
-        self._note("DELETE", key)
-        self.inner.abort_upload(key, upload_id)
 
 
 class NoDeletes(CountingStore):

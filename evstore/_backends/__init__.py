@@ -1,6 +1,7 @@
 """Object-store backends. ``S3Store`` is imported lazily: boto3 is slow to import."""
 
 from ._base import (
+    Forwarding,
     IncompleteUpload,
     LifecycleRule,
     ListPage,
@@ -16,6 +17,7 @@ from ._local import LocalStore
 from ._memory import MemoryStore
 
 __all__ = [
+    "Forwarding",
     "IncompleteUpload",
     "LifecycleRule",
     "ListPage",

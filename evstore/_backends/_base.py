@@ -164,3 +164,73 @@ class ObjectStore(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends hold nothing
         """Release connections; the store is not used afterwards."""
+
+
+class Forwarding(ObjectStore):
+    """A backend that sends every request on to ``inner``: the base of wrappers that count or
+    refuse requests. ``_request(kind, key, times)`` is called as each request is sent (a batch
+    delete's once it has answered, with the requests it took); ``kind`` is one of PUT, GET,
+    HEAD, LIST, DELETE. ``close`` does not close ``inner``: it outlives the wrapper."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.location = inner.location
+
+    def _request(self, kind: str, key: str, times: int = 1) -> None:
+        """Called for each request sent (see the class)."""
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        self._request("PUT", key)
+        return self.inner.create(key, data, metadata=metadata, tags=tags)
+
+    def replace(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        etag: str,
+        metadata: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        self._request("PUT", key)
+        return self.inner.replace(key, data, etag=etag, metadata=metadata, tags=tags)
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        self._request("GET", key)
+        return self.inner.get(key, max_bytes=max_bytes)
+
+    def head(self, key: str) -> ObjectInfo:
+        self._request("HEAD", key)
+        return self.inner.head(key)
+
+    def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
+        self._request("LIST", prefix)
+        return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        batch = list(keys)
+        requests = self.inner.delete_many(batch)
+        self._request("DELETE", batch[0] if batch else "", requests)
+        return requests
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        self._request("GET", key)
+        return self.inner.get_tags(key)
+
+    def get_lifecycle(self) -> list[LifecycleRule]:
+        self._request("GET", "?lifecycle")
+        return self.inner.get_lifecycle()
+
+    def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
+        self._request("PUT", "?lifecycle")
+        self.inner.put_lifecycle(rules)
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        self._request("LIST", "?uploads")  # one per 1,000 uploads on S3: counted as one
+        return self.inner.list_incomplete_uploads(prefix)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self._request("DELETE", key)
+        self.inner.abort_upload(key, upload_id)
