@@ -15,7 +15,6 @@ used, so the figures do not depend on evstore's internals.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import threading
@@ -34,7 +33,7 @@ from evstore._backends import (
     ObjectInfo,
     StoredObject,
 )
-from evstore._backends._memory import _Entry
+from evstore._backends._memory import SortedKeys, _Entry
 
 #: Estimated bytes of a LIST response: S3's ListObjectsV2 XML spends about this much per key
 #: (Key, LastModified, ETag, Size, StorageClass), plus an envelope (Name, Prefix, KeyCount, ...).
@@ -72,7 +71,7 @@ class FastMemory(MemoryStore):
             for index, (key, entry) in enumerate(copy._created):
                 if not any(index < when <= count for when in self._deleted.get(key, ())):
                     copy._objects[key] = entry
-        copy._sorted = sorted(copy._objects)
+        copy._sorted = SortedKeys(copy._objects)
         return copy
 
     def copy(self) -> FastMemory:
@@ -85,12 +84,13 @@ class FastMemory(MemoryStore):
             for key, data, etag, modified, metadata in entries:
                 self._objects[key] = _Entry(data, etag, modified, dict(metadata), {})
                 self._created.append((key, self._objects[key]))
-            self._sorted = sorted(self._objects)
+            self._sorted = SortedKeys(self._objects)
 
     def entries(self, prefix: str = "") -> list[tuple[str, bytes, str, datetime, dict[str, str]]]:
         """(key, data, etag, modified, metadata) of every object under ``prefix``, in key order."""
         with self._lock:
-            keys = [key for key in self._sorted[bisect.bisect_left(self._sorted, prefix) :] if key.startswith(prefix)]
+            walk = (key for _, _, key in self._sorted.walk(*self._sorted.seek(prefix)))
+            keys = list(itertools.takewhile(lambda key: key.startswith(prefix), walk))
             found = [(key, self._objects[key]) for key in keys]
         return [(key, e.data, e.etag, e.modified, dict(e.metadata)) for key, e in found]
 

@@ -61,6 +61,60 @@ def page_of(
     return ListPage(objects, prefixes, truncated, last)
 
 
+class SortedKeys:
+    """Keys in order, in blocks of at most ``2 * LOAD``: insert, remove and seek cost O(log n + LOAD)."""
+
+    LOAD = 1000
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        ordered = sorted(keys)
+        self.blocks = [ordered[i : i + self.LOAD] for i in range(0, len(ordered), self.LOAD)]
+        self.firsts = [block[0] for block in self.blocks]
+
+    def add(self, key: str) -> None:
+        if not self.blocks:
+            self.blocks, self.firsts = [[key]], [key]
+            return
+        b = max(0, bisect.bisect_right(self.firsts, key) - 1)
+        block = self.blocks[b]
+        bisect.insort(block, key)
+        self.firsts[b] = block[0]
+        if len(block) > 2 * self.LOAD:
+            self.blocks[b : b + 1] = [block[: self.LOAD], block[self.LOAD :]]
+            self.firsts[b : b + 1] = [block[0], block[self.LOAD]]
+
+    def remove(self, key: str) -> None:
+        b = bisect.bisect_right(self.firsts, key) - 1
+        if b < 0:
+            return
+        block = self.blocks[b]
+        j = bisect.bisect_left(block, key)
+        if j < len(block) and block[j] == key:
+            del block[j]
+            if block:
+                self.firsts[b] = block[0]
+            else:
+                del self.blocks[b], self.firsts[b]
+
+    def seek(self, key: str, *, after: bool = False) -> tuple[int, int]:
+        """The position (block, index) of the first key >= ``key`` (> ``key`` with ``after``)."""
+        if not self.blocks:
+            return 0, 0
+        b = max(0, bisect.bisect_right(self.firsts, key) - 1)
+        block = self.blocks[b]
+        j = (bisect.bisect_right if after else bisect.bisect_left)(block, key)
+        return (b + 1, 0) if j == len(block) else (b, j)
+
+    def walk(self, b: int, j: int) -> Iterator[tuple[int, int, str]]:
+        """(block, index, key) from position (b, j) on."""
+        while b < len(self.blocks):
+            block = self.blocks[b]
+            while j < len(block):
+                yield b, j, block[j]
+                j += 1
+            b, j = b + 1, 0
+
+
 class _Entry(msgspec.Struct):
     data: bytes
     etag: str
@@ -72,7 +126,7 @@ class _Entry(msgspec.Struct):
 class MemoryStore(ObjectStore):
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self._objects: dict[str, _Entry] = {}
-        self._sorted: list[str] = []  # the keys of ``_objects`` in order: a page is found by bisection
+        self._sorted = SortedKeys()  # the keys of ``_objects`` in order: a page is found by bisection
         self._lifecycle: list[LifecycleRule] = []
         self._lock = threading.Lock()
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -89,7 +143,7 @@ class MemoryStore(ObjectStore):
             if key in self._objects:
                 raise ObjectExists(key)
             self._objects[key] = entry
-            bisect.insort(self._sorted, key)
+            self._sorted.add(key)
         return entry.etag
 
     def replace(
@@ -133,8 +187,8 @@ class MemoryStore(ObjectStore):
 
         with self._lock:  # O(log N + the keys the page passes over)
             keys = self._sorted
-            first = bisect.bisect_right(keys, start_after) if start_after >= prefix else bisect.bisect_left(keys, prefix)
-            under = itertools.takewhile(lambda key: key.startswith(prefix), itertools.islice(keys, first, None))
+            first = keys.seek(start_after, after=True) if start_after >= prefix else keys.seek(prefix)
+            under = itertools.takewhile(lambda key: key.startswith(prefix), (key for _, _, key in keys.walk(*first)))
             return page_of(under, info, prefix, start_after, max_keys, delimiter)
 
     def delete_many(self, keys: Iterable[str]) -> int:
@@ -142,7 +196,7 @@ class MemoryStore(ObjectStore):
         with self._lock:
             for key in batch:
                 if self._objects.pop(key, None) is not None:
-                    del self._sorted[bisect.bisect_left(self._sorted, key)]
+                    self._sorted.remove(key)
         return (len(batch) + 999) // 1000
 
     def get_tags(self, key: str) -> dict[str, str]:
