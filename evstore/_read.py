@@ -990,8 +990,8 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     cursor = max(start, loaded.first_own)
     chain = segment_chain(loaded.meta.segments, cursor, end)
     def size_of(segment: tuple[int, int]) -> int:
-        # what it holds once decompressed, as far as its listed size tells: zstd shrinks agent
-        # transcripts 3-12x (docs/format.md), and a segment never expands past the limit
+        # what it holds once decompressed, as far as its listed size tells: zstd shrinks prose
+        # 3-6x (docs/format.md), and a segment never expands past the limit
         return min(loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES) * _EXPANSION, MAX_SEGMENT_BYTES)
 
     groups: list[list[tuple[int, int]]] = []

@@ -4,6 +4,8 @@ limit: it is passed over and the loose events answer."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import msgspec
 import zstandard
 
@@ -83,7 +85,16 @@ def test_a_planted_bomb_in_place_of_a_segment_is_passed_over() -> None:
         writer.append(transcript(i))
     bomb = zstandard.ZstdCompressor().compress(b"\0" * (MAX_SEGMENT_BYTES + 1))
     backend.create(f"sessions/s/segments/{1:020d}-{40:020d}", bomb)
-    assert [e.messages[0]["content"] for e in store.replay("s")] == [transcript(i)["content"] for i in range(40)]
+    counting = CountingStore(backend)
+    tracemalloc.start()
+    try:
+        replayed = [e.messages[0]["content"] for e in Store(counting).replay("s")]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert replayed == [transcript(i)["content"] for i in range(40)]
+    assert ("GET", f"sessions/s/segments/{1:020d}-{40:020d}") in counting.keys  # it was read, and refused
+    assert peak < MAX_SEGMENT_BYTES // 4  # never decompressed: its 64 MiB were never held
 
 
 def test_a_reader_racing_a_retirement_reads_the_loose_events_instead() -> None:
