@@ -106,10 +106,11 @@ _GROUP_BYTES = 32 * 1024 * 1024
 _LISTED = 1000
 #: A segment's listed (compressed) size times this is what a read counts it to hold in memory.
 _EXPANSION = 8
-#: A segment is worth its GET when at least half its events are wanted, or at least this many:
-#: fewer loose GETs than that cost less than its bytes, more cost more (compaction retires the
-#: lower levels inside a higher one, so a range inside a long segment has no shorter one to take).
-_WORTH_EVENTS = 32
+#: A read that ends inside a segment takes it when it wants at least this many of its events (or
+#: half of them); fewer are read as loose events, a GET each. A read that goes on past a segment
+#: always takes it: its loose events would cost a GET each where the segment costs one
+#: (compaction retires the lower levels inside a higher one, so there is no shorter one to take).
+_COVERED_EVENTS = 4
 #: Checking a segment holds the GIL; it gives it up (``time.sleep(0)``, about 90 us) every this
 #: many events. A thread that waits for it (one reading a GET's body, one sending a GET) would
 #: otherwise wait up to a switch interval (5 ms) for it at every read of its socket.
@@ -939,8 +940,9 @@ def own_raw(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> I
 def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, int]]:
     """The segments (first, last) to read from seq ``cursor`` to ``end``, chosen greedily: at
     each seq, the segment that covers it and reaches furthest (of two that reach as far, the
-    shorter) among those worth their GET — at least half of their events wanted, or
-    ``_WORTH_EVENTS`` (a short or late range reads its few loose events). Pure.
+    shorter) among those worth their GET: the read goes on past it, or wants at least half of
+    its events or ``_COVERED_EVENTS`` of them (a range of a few events at a segment's end reads
+    them loose). So a read from any seq costs no more requests than one from the start. Pure.
 
     One pass over ``segments`` in order of first seq, and a heap of those that start by the seq
     reached: a segment that no longer covers it, or is no longer worth its GET, never is again
@@ -960,7 +962,9 @@ def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | N
         while ready:
             last, first = -ready[0][0], -ready[0][1]
             wanted = (last if end is None else min(last, end)) - reach + 1
-            if last >= reach and (2 * wanted >= last - first + 1 or wanted >= _WORTH_EVENTS):
+            if last >= reach and (
+                end is None or end > last or wanted >= _COVERED_EVENTS or 2 * wanted >= last - first + 1
+            ):
                 break
             heapq.heappop(ready)  # it can never be chosen: drop it
         else:
@@ -1129,7 +1133,7 @@ def lineage(
 
 #: An ancestor's inherited range of at most this many events is fetched by its event GETs, sent
 #: with its manifest's (no listing first); a longer one is read as any session is (``own_batches``).
-_SHORT_RANGE = _WORTH_EVENTS
+_SHORT_RANGE = 32
 
 
 class _Ahead(msgspec.Struct, frozen=True):

@@ -400,7 +400,7 @@ def test_30000_planted_segments_cost_gets_that_do_not_grow_with_them() -> None:
 
 
 def reference_chain(segments: list[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, int]]:
-    """The greedy selection as it was (a scan of every segment per link): the contract."""
+    """The greedy selection as a scan of every segment per link: the contract."""
     chain: list[tuple[int, int]] = []
     while True:
         reach = chain[-1][1] + 1 if chain else cursor
@@ -409,7 +409,13 @@ def reference_chain(segments: list[tuple[int, int]], cursor: int, end: int | Non
         worth = [
             (last, first)
             for first, last in segments
-            if first <= reach <= last and 2 * (min(last, end if end is not None else last) - reach + 1) >= last - first + 1
+            if first <= reach <= last
+            and (
+                end is None
+                or end > last
+                or end - reach + 1 >= _read._COVERED_EVENTS
+                or 2 * (min(last, end) - reach + 1) >= last - first + 1
+            )
         ]
         if not worth:
             return chain

@@ -70,3 +70,36 @@ def test_the_first_page_holds_at_least_the_early_gets() -> None:
     assert counting.counts["LIST"] == 1 + 1 + 1
     gets = [key for kind, key in counting.keys if kind == "GET"]
     assert len(gets) == len(set(gets)) == 1 + 1 + 80
+
+
+# ---- a read that starts inside a segment ----------------------------------------------------------
+
+
+def test_a_partial_read_costs_no_more_requests_than_a_whole_one() -> None:
+    """``replay(start=)`` from any seq of a compacted session uses the segment it starts in (and
+    those after it), however few of its events it wants: it never falls back to a GET per event."""
+    memory = MemoryStore()
+    writer = Store(memory).open("s", create=True)  # the default automatic compaction: 32, 256, 2,048
+    for i in range(600):
+        writer.append(msg(f"m{i}"))
+    counting = CountingStore(memory)
+    reader = Store(counting)
+    whole = list(reader.replay("s"))
+    full = counting.total
+    for start in (2, 31, 32, 200, 255, 256, 257, 511, 512, 513, 575, 576, 590):
+        counting.reset()
+        assert list(reader.replay("s", start=start)) == whole[start - 1 :]
+        assert counting.total <= full, (start, dict(counting.counts))
+
+
+@pytest.mark.parametrize(("start", "end"), [(250, 256), (250, 300), (500, 520), (256, 256), (254, 256)])
+def test_a_short_range_inside_segments_costs_a_few_requests(start: int, end: int) -> None:
+    memory = MemoryStore()
+    writer = Store(memory).open("s", create=True)
+    for i in range(600):
+        writer.append(msg(f"m{i}"))
+    counting = CountingStore(memory)
+    events = list(Store(counting).replay("s", start=start, end=end))
+    assert [e.seq for e in events] == list(range(start, end + 1))
+    # the manifest and its listings, then the segments the range lies in (or its 1-3 loose events)
+    assert counting.counts["GET"] <= 4 and counting.counts["LIST"] <= 4, dict(counting.counts)
