@@ -447,6 +447,9 @@ class AsyncSession:
     async def refresh(self) -> int:
         return await self.astore.run(self._locked(self.session.refresh))
 
+    async def catch_up(self) -> list[Event]:
+        return await self.astore.run(self._locked(self.session.catch_up))
+
     async def fork(self, target: str, *, retention: Retention | None = None) -> AsyncSession:
         forked = await self.astore.run(self._locked(self.session.fork), target, retention=retention)
         return AsyncSession(self.astore, forked)

@@ -61,7 +61,7 @@ from ._forks import fork_manifest
 from ._ids import MAX_SEQ, validate_seq, validate_session_id
 from ._manifests import claim, create_manifest, new_manifest, require_free
 from ._read import Loaded, Meta
-from ._views import ContextFolder, Repair
+from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -266,6 +266,36 @@ class Session:
             return fork(self._ctx, self.id, target, at=self._head, retention=retention)
         manifest = fork_manifest(self._ctx, self.manifest, target, self._head, self._head_hash, retention)
         return Session(self._ctx, manifest, self._head, self._head_hash, manifest.kid)
+
+    def catch_up(self) -> list[Event]:
+        """The events other writers appended after this writer's head, in order; the writer
+        moves to the last of them (its next append goes after it).
+
+        One LIST after the head (``_read.poll``: with delimiter "/", so one with nothing new
+        lists a few names at any length), then a GET per new event: what a long-lived handle
+        costs per turn, where ``refresh`` costs 3 requests and tells the head only. Each new
+        event is verified as the idempotency window's are (``_verify``): chained to this
+        writer's head, sealed when the session takes only sealed events, opened. Their keys
+        and bytes are kept as if this writer had read them (idempotency, compaction).
+        ``SessionNotFoundError`` once the session is deleted; ``IntegrityError`` for an event
+        that does not continue the head (a planted or re-created session's)."""
+        ctx = self._ctx
+        events: list[Event] = []
+        start: str | None = None
+        while True:
+            polled = _read.poll(ctx, self.manifest, self._head, None, start)  # chained here: a rekey's hashes too
+            for raw in polled.events:
+                self._verify(raw, self._head_hash)
+                events.append(_read.to_event(ctx, self.manifest, raw))
+                if self._recent and raw.seq - 1 not in self._recent:
+                    self._recent.clear()  # a gap in what this writer holds: it holds no run
+                    self._recent_bytes = 0
+                self._remember(raw.seq, raw.data)
+                self._know(raw.seq, raw.envelope.idem)
+                self._head, self._head_hash, self._seal_kid = raw.seq, raw.hash, raw.envelope.kid
+            start = polled.start
+            if start is None:
+                return events
 
     def refresh(self) -> int:
         """Adopt events other writers appended since this writer's head; return the new head."""
