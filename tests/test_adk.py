@@ -435,6 +435,53 @@ def test_an_append_costs_the_same_at_any_session_length() -> None:
     assert costs[0] == costs[1] and costs[0]["PUT"] == 1
 
 
+def _turns(service: EvstoreSessionService, session: Session, events: int) -> Session:
+    for i in range(events):
+        append(service, session, text_event(f"m{i}", author="user" if i % 2 else "model"))
+    found = get(service, session)
+    assert found is not None and len(found.events) == events
+    return found
+
+
+@pytest.mark.parametrize("events", [10, 1500])
+def test_a_runner_turn_costs_the_same_few_requests_at_any_session_length(events: int) -> None:
+    """What a Runner does each turn with a long-lived service: get_session (the whole session),
+    append the user's event and the model's: 3 LISTs (the session, app and user state, each from
+    its head) and a PUT per event, at 10 events as at 1,500."""
+    counting = CountingStore(MemoryStore())
+    service = EvstoreSessionService(Store(counting, root="root"))
+    session = _turns(service, new_session(service, state={"k": 1, "app:a": 1, "user:u": 1}), events)
+    counting.reset()
+    found = get(service, session)
+    assert found is not None and len(found.events) == events and found.state == {"k": 1, "app:a": 1, "user:u": 1}
+    assert counting.counts == {"LIST": 3}
+    recent = get(service, session, GetSessionConfig(num_recent_events=5))
+    assert texts(recent) == [f"m{i}" for i in range(events - 5, events)]
+    assert counting.counts == {"LIST": 6}
+    counting.reset()
+    append(service, found, text_event("hello"))
+    append(service, found, text_event("hi", author="model", state_delta={"k": 2}))
+    assert counting.counts == {"PUT": 2}
+    assert get(service, found).state["k"] == 2  # type: ignore[union-attr]
+
+
+def test_a_service_reads_what_another_process_appended_and_sees_a_delete() -> None:
+    memory = MemoryStore()
+    mine, theirs = EvstoreSessionService(Store(memory, root="root")), EvstoreSessionService(Store(memory, root="root"))
+    session = _turns(mine, new_session(mine, state={"k": 1}), 40)
+    other = get(theirs, session)
+    assert other is not None
+    append(theirs, other, text_event("from the other process", state_delta={"k": 7}))
+    found = get(mine, session)
+    assert found is not None and texts(found)[-1] == "from the other process" and found.state == {"k": 7}
+    with pytest.raises(AdkStaleSessionError):
+        append(mine, session, text_event("from a stale object"))  # read before the other append
+    append(mine, found, text_event("from the fresh one"))
+    assert texts(get(theirs, session))[-2:] == ["from the other process", "from the fresh one"]
+    run(theirs.delete_session(app_name=APP, user_id=USER, session_id=session.id))
+    assert get(mine, session) is None
+
+
 def test_after_timestamp_reads_only_back_to_the_first_older_event() -> None:
     counting = CountingStore(MemoryStore())
     store = Store(counting, root="root")

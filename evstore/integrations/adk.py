@@ -45,14 +45,21 @@ Behaviour (ADK's documented contract and its own services'):
   creates of one (app, user, id) exactly one wins, the other raises
   ``AlreadyExistsError`` and writes nothing.
 * ``get_session`` returns None for a missing or deleted session; otherwise the
-  merged state and the events in order. ``GetSessionConfig.num_recent_events``
-  and ``after_timestamp`` (inclusive) are served by reading backwards from the
-  head in growing chunks (``store.replay(id, start=..., end=...)``): the
-  requests grow with the events returned, not with the session's length. As
-  ADK's in-memory service, the backward walk stops at the first event older
-  than ``after_timestamp``.
+  merged state and the events in order. The service keeps each session it read
+  whole (up to 1,024 of them) with a writer at its head, and later calls list
+  only what came after it (``Session.catch_up``): a Runner's turn costs one LIST
+  each for the session, its app and its user state when nothing new came, at
+  any length, and a GET per event another process appended. A session it does
+  not hold is read forwards, segments and all; with
+  ``GetSessionConfig.num_recent_events`` or ``after_timestamp`` (inclusive) it
+  is read backwards from the head in growing chunks (``store.replay(id,
+  start=..., end=...)``): the requests grow with the events returned, not with
+  the session's length. As ADK's in-memory service, the backward walk stops at
+  the first event older than ``after_timestamp``.
 * ``append_event`` skips partial events, keeps ``temp:`` keys out of storage,
-  and appends at the head the session object was read at (``expected_head``):
+  and appends at the head the session object was read at (``expected_head``;
+  its PUT alone when the service's writer is at that head, a delete meanwhile
+  meeting its fence there):
   a session object overtaken by another append (another process, or another
   copy of the same revision) raises ``StaleSessionError`` and writes nothing.
   Exactly one of two racing appends from one revision wins. A session never
@@ -306,6 +313,29 @@ class _Tail:
         self.found_newest = False
 
 
+class _Known:
+    """A session as this service last read it, kept so that the next read lists only what came
+    after ``head`` (``Writer.catch_up``): its live ``event`` records (after its newest ``session``
+    record) and its newest record, by seq. Built by folding records in seq order."""
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+        self.head = 0
+        self.events: list[tuple[int, dict[str, Any]]] = []
+        self.newest: tuple[int, dict[str, Any]] | None = None
+
+    def add(self, seq: int, record: dict[str, Any] | None) -> None:
+        self.head = seq
+        kind = record.get("kind") if record is not None else None
+        if record is None or kind not in ("event", "session"):
+            return
+        if kind == "session":
+            self.events = []
+        else:
+            self.events.append((seq, record))
+        self.newest = (seq, record)
+
+
 class _Lru(OrderedDict[str, T]):
     def remember(self, key: str, value: T) -> T:
         self[key] = value
@@ -337,6 +367,7 @@ class EvstoreSessionService(BaseSessionService):
         self._stripes = [threading.Lock() for _ in range(64)]  # one writer call per evstore id at a time
         self._writers: _Lru[Writer] = _Lru()
         self._snapshots: _Lru[dict[str, Any]] = _Lru()  # "<id>:<uid>:<seq>" -> state stored at that event
+        self._known: _Lru[_Known] = _Lru()  # ADK sessions read whole, at their writer's head
 
     def __repr__(self) -> str:
         return f"EvstoreSessionService({self.store!r}, prefix={self.prefix!r})"
@@ -376,8 +407,10 @@ class EvstoreSessionService(BaseSessionService):
     def _stripe(self, evstore_id: str) -> threading.Lock:
         return self._stripes[hash(evstore_id) % len(self._stripes)]
 
-    def _writer(self, evstore_id: str) -> Writer:
-        """A writer at the session's current head (cached; refreshed: 3 requests). Call under the id's stripe.
+    def _caught_up(self, evstore_id: str) -> tuple[Writer, list[StoreEvent] | None]:
+        """A writer at the session's current head, and the events it had not seen: with a cached
+        writer one LIST when there are none (``Writer.catch_up``), with a new one (``store.open``:
+        3 requests) None, nothing being known before it. Call under the id's stripe.
 
         Raises ``SessionNotFoundError`` (never created, or deleted) or ``SessionExpiredError``.
         """
@@ -385,17 +418,76 @@ class EvstoreSessionService(BaseSessionService):
             writer = self._writers.get(evstore_id)
         if writer is not None:
             try:
-                writer.refresh()
-                return writer
-            except StoreSessionNotFoundError:  # deleted, or deleted and created again: open what is there
+                return writer, writer.catch_up()
+            except (StoreSessionNotFoundError, IntegrityError):
+                # deleted, or deleted and created again, or an object planted past the head: what the
+                # session holds is read afresh, which raises if it is not the true history
                 self._forget(evstore_id)
         writer = self.store.open(evstore_id)
         with self._lock:
-            return self._writers.remember(evstore_id, writer)
+            return self._writers.remember(evstore_id, writer), None
 
     def _forget(self, evstore_id: str) -> None:
         with self._lock:
             self._writers.pop(evstore_id, None)
+            self._known.pop(evstore_id, None)
+
+    def _known_at(self, evstore_id: str, writer: Writer, new: list[StoreEvent] | None) -> _Known | None:
+        """What this service knows of the session, brought to ``writer``'s head with the ``new``
+        events (``_caught_up``); None when it knows nothing that ends where they start."""
+        with self._lock:
+            known = self._known.get(evstore_id)
+        start = new[0].seq - 1 if new else writer.head
+        if new is None or known is None or known.uid != writer.manifest.uid or known.head != start:
+            return None
+        for stored in new:
+            self._fold(evstore_id, known, stored.seq, _record(stored))
+        return known
+
+    def _fold(self, evstore_id: str, known: _Known, seq: int, record: dict[str, Any] | None) -> None:
+        known.add(seq, record)
+        if record is not None and isinstance(record.get("state"), dict):
+            self._remember_snapshot(f"{evstore_id}:{known.uid}:{seq}", record["state"])
+
+    def _read_known(self, evstore_id: str, writer: Writer) -> _Known:
+        """The session read whole, forwards (its segments: a few requests per 2,048 events), to
+        ``writer``'s head, and kept."""
+        known = _Known(writer.manifest.uid)
+        for stored in self.store.replay(evstore_id, start=1, end=writer.head) if writer.head else ():
+            self._fold(evstore_id, known, stored.seq, _record(stored))
+        known.head = writer.head
+        with self._lock:
+            return self._known.remember(evstore_id, known)
+
+    def _tail_of(self, evstore_id: str, known: _Known, limit: int | None, after: float | None, created: str) -> _Tail:
+        """What ``_tail`` finds, from what this service knows (no request but a state snapshot's)."""
+        tail = _Tail(known.uid, known.head)
+        if known.newest is not None:
+            seq, record = known.newest
+            tail.found_newest = True
+            if isinstance(record.get("state"), dict):
+                tail.state_seq, tail.state = seq, record["state"]
+            else:
+                state_at = record.get("state_at", 0)
+                if isinstance(state_at, bool) or not isinstance(state_at, int) or not 0 <= state_at < seq:
+                    raise IntegrityError(evstore_id, seq, "the ADK record points to no earlier state snapshot")
+                tail.state_seq = state_at
+            if record.get("kind") == "session":
+                tail.updated = _record_time(record, evstore_id, seq)
+        for seq, record in reversed(known.events) if limit != 0 else ():
+            event = _stored_event(record, evstore_id, seq)
+            if tail.updated is None:
+                tail.updated = event.timestamp
+            if after is not None and event.timestamp < after:
+                break
+            tail.events.append(event)
+            if limit is not None and len(tail.events) >= limit:
+                break
+        if tail.updated is None and known.events:
+            tail.updated = _stored_event(known.events[-1][1], evstore_id, known.events[-1][0]).timestamp
+        if tail.updated is None:  # created, but its creation record never written (a crash)
+            tail.updated = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+        return tail
 
     def _chunks(self, evstore_id: str, head: int, first: int) -> Iterator[StoreEvent]:
         """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``."""
@@ -474,11 +566,19 @@ class EvstoreSessionService(BaseSessionService):
     def _scoped_state(self, evstore_id: str) -> tuple[Writer | None, int, dict[str, Any]]:
         """(writer, head, the app or user state stored in ``evstore_id`` at that head); ({} when none yet)."""
         with self._stripe(evstore_id):
+            with self._lock:
+                cached = evstore_id in self._writers
+            if not cached and not self._listed(evstore_id):
+                return None, 0, {}  # one LIST: an app or user without scoped state yet is the usual case
             try:
-                writer = self._writer(evstore_id)
+                writer, new = self._caught_up(evstore_id)
             except StoreSessionNotFoundError:
                 return None, 0, {}
             uid, head = writer.manifest.uid, writer.head
+            for stored in new or ():  # each record carries the whole scoped state after it
+                record = _record(stored)
+                if record is not None and isinstance(record.get("state"), dict):
+                    self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
             with self._lock:
                 known = self._snapshots.get(f"{evstore_id}:{uid}:{head}")
             if known is not None:  # events never change: the head's snapshot read or written before
@@ -486,8 +586,18 @@ class EvstoreSessionService(BaseSessionService):
             for stored in self._chunks(evstore_id, head, 1):
                 record = _record(stored)
                 if record is not None and isinstance(record.get("state"), dict):
-                    return writer, head, self._snapshot(evstore_id, uid, stored.seq)
+                    state = self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
+                    return writer, head, copy.deepcopy(state)
             return writer, head, {}
+
+    def _listed(self, evstore_id: str) -> bool:
+        """Whether the store lists the session (one LIST; its remnants after a delete count)."""
+        for found in self.store.list_sessions(evstore_id):
+            if found == evstore_id:
+                return True
+            if found + "/" > evstore_id + "/":  # listed in the order of "<id>/"
+                return False
+        return False
 
     def _update_scoped(self, evstore_id: str, kind: str, delta: dict[str, Any]) -> dict[str, Any]:
         """Apply ``delta`` to the app or user state in ``evstore_id`` at its head; return the state after it."""
@@ -555,9 +665,11 @@ class EvstoreSessionService(BaseSessionService):
             }
             seq = writer.append({"role": "system", "content": None, "meta": {META_KEY: record}}, expected_head=writer.head)
             uid = writer.manifest.uid
-            self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", own)
+            known = _Known(uid)
+            self._fold(evstore_id, known, seq, record)
             with self._lock:
                 self._writers.remember(evstore_id, writer)
+                self._known.remember(evstore_id, known)
         app_id, user_state_id = self.app_state_evstore_id(app_name), self.user_state_evstore_id(app_name, user_id)
         app = self._update_scoped(app_id, "app_state", app_delta) if app_delta else self._scoped_state(app_id)[2]
         user = (
@@ -573,10 +685,17 @@ class EvstoreSessionService(BaseSessionService):
         after = config.after_timestamp if config is not None else None
         with self._stripe(evstore_id):
             try:
-                writer = self._writer(evstore_id)
+                writer, new = self._caught_up(evstore_id)
             except (StoreSessionNotFoundError, SessionExpiredError):
+                self._forget(evstore_id)
                 return None
-            tail = self._tail(evstore_id, writer, limit, after)
+            known = self._known_at(evstore_id, writer, new)
+            if known is None and limit is None and after is None:
+                known = self._read_known(evstore_id, writer)  # the whole session is wanted: keep it
+            if known is not None:
+                tail = self._tail_of(evstore_id, known, limit, after, writer.manifest.created)
+            else:
+                tail = self._tail(evstore_id, writer, limit, after)  # a few recent events: read backwards
         return self._session_from(app_name, user_id, session_id, evstore_id, tail)
 
     def _list(self, app_name: str, user_id: str | None) -> list[Session]:
@@ -591,10 +710,15 @@ class EvstoreSessionService(BaseSessionService):
             _, user, sid = names
             with self._stripe(evstore_id):
                 try:
-                    writer = self._writer(evstore_id)
+                    writer, new = self._caught_up(evstore_id)
                 except (StoreSessionNotFoundError, SessionExpiredError):
+                    self._forget(evstore_id)
                     continue  # a deleted session's remnants
-                tail = self._tail(evstore_id, writer, 0, None)
+                known = self._known_at(evstore_id, writer, new)
+                if known is not None:
+                    tail = self._tail_of(evstore_id, known, 0, None, writer.manifest.created)
+                else:
+                    tail = self._tail(evstore_id, writer, 0, None)
             own = tail.state if tail.state is not None else self._snapshot(evstore_id, tail.uid, tail.state_seq)
             if user not in scoped:
                 scoped[user] = self._scoped_state(self.user_state_evstore_id(app_name, user))[2]
@@ -623,14 +747,21 @@ class EvstoreSessionService(BaseSessionService):
         app_delta, user_delta, own_delta = _split_state(event.actions.state_delta if event.actions else None)
         dumped = _dump_event(event)
         role = "user" if event.author == "user" else "assistant"
+        marker = session._storage_update_marker
+        parsed = _parse_marker(marker) if marker is not None else None
         with self._stripe(evstore_id):
-            try:
-                writer = self._writer(evstore_id)
-            except (StoreSessionNotFoundError, SessionExpiredError):
-                raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+            with self._lock:
+                writer = self._writers.get(evstore_id)
+            if writer is None or parsed is None or parsed[:2] != (writer.manifest.uid, writer.head):
+                # not the revision the cached writer is at (or none cached): catch up to learn the head;
+                # at it, the append is its PUT alone (a delete meanwhile meets its fence there)
+                try:
+                    writer, new = self._caught_up(evstore_id)
+                except (StoreSessionNotFoundError, SessionExpiredError):
+                    self._forget(evstore_id)
+                    raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+                self._known_at(evstore_id, writer, new)
             uid, head = writer.manifest.uid, writer.head
-            marker = session._storage_update_marker
-            parsed = _parse_marker(marker) if marker is not None else None
             if parsed is not None:
                 if parsed[0] != uid:  # an object of a session since deleted and created again
                     raise StaleSessionError(evstore_id, head + 1)
@@ -655,6 +786,13 @@ class EvstoreSessionService(BaseSessionService):
                 seq = writer.append(message, expected_head=head, idempotency_key=f"adk-event:{event.id}" if event.id else None)
             except WriteConflictError:
                 raise StaleSessionError(evstore_id, head + 1) from None
+            except StoreSessionNotFoundError:
+                self._forget(evstore_id)
+                raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+            with self._lock:
+                known = self._known.get(evstore_id)
+            if known is not None and known.uid == uid and known.head == seq - 1:
+                self._fold(evstore_id, known, seq, record)
             if new_state is not None:
                 state_seq = seq
                 self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", new_state)
