@@ -841,3 +841,13 @@ def test_runner_rewind_is_an_evstore_retraction(store: Store) -> None:
     ask(runner3, "chat", "third")
     assert request_texts(model3.seen[0]) == ["first", "one", "third"]
     assert [m["content"] for m in store.context(evstore_id, repair="none")][1:] == ["first", "one", "third", "three"]
+
+
+def test_the_sessions_a_service_keeps_hold_a_bounded_number_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    from evstore.integrations import adk
+
+    monkeypatch.setattr(adk, "_KNOWN_EVENTS", 50)
+    service = EvstoreSessionService(Store(MemoryStore(), root="root"))
+    sessions = [_turns(service, new_session(service), 20) for _ in range(4)]
+    assert sum(len(known.events) for known in service._known.values()) <= 50
+    assert [texts(get(service, s))[-1] for s in sessions] == ["m19"] * 4  # the dropped ones are read again

@@ -139,6 +139,9 @@ _MAX_ID = 128
 _KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 _HEX = "0123456789ABCDEF"
 _CACHE_SIZE = 1024
+#: The sessions a service keeps whole hold at most this many events between them (the least
+#: recently used go first): about 200 MB of records at 1 KiB each.
+_KNOWN_EVENTS = 200_000
 _SCOPED_ATTEMPTS = 50
 _STALE = "The session has been modified in storage since it was loaded. Reload the session before appending more events."
 
@@ -442,7 +445,18 @@ class EvstoreSessionService(BaseSessionService):
             return None
         for stored in new:
             self._fold(evstore_id, known, stored.seq, _record(stored))
+        self._keep(evstore_id, known)
         return known
+
+    def _keep(self, evstore_id: str, known: _Known) -> _Known:
+        """Keep ``known`` as the most recently used, within ``_KNOWN_EVENTS`` events in all."""
+        with self._lock:
+            self._known.remember(evstore_id, known)
+            held = sum(len(other.events) for other in self._known.values())
+            while held > _KNOWN_EVENTS and len(self._known) > 1:
+                _, dropped = self._known.popitem(last=False)
+                held -= len(dropped.events)
+            return known
 
     def _fold(self, evstore_id: str, known: _Known, seq: int, record: dict[str, Any] | None) -> None:
         known.add(seq, record)
@@ -456,8 +470,7 @@ class EvstoreSessionService(BaseSessionService):
         for stored in self.store.replay(evstore_id, start=1, end=writer.head) if writer.head else ():
             self._fold(evstore_id, known, stored.seq, _record(stored))
         known.head = writer.head
-        with self._lock:
-            return self._known.remember(evstore_id, known)
+        return self._keep(evstore_id, known)
 
     def _tail_of(self, evstore_id: str, known: _Known, limit: int | None, after: float | None, created: str) -> _Tail:
         """What ``_tail`` finds, from what this service knows (no request but a state snapshot's)."""
@@ -669,7 +682,7 @@ class EvstoreSessionService(BaseSessionService):
             self._fold(evstore_id, known, seq, record)
             with self._lock:
                 self._writers.remember(evstore_id, writer)
-                self._known.remember(evstore_id, known)
+            self._keep(evstore_id, known)
         app_id, user_state_id = self.app_state_evstore_id(app_name), self.user_state_evstore_id(app_name, user_id)
         app = self._update_scoped(app_id, "app_state", app_delta) if app_delta else self._scoped_state(app_id)[2]
         user = (
