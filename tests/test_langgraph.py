@@ -210,6 +210,22 @@ def test_latest_get_tuple_costs_the_same_at_5_and_200_checkpoints() -> None:
         assert found.pending_writes == [(task, "counter", steps), (task, "log", f"step {steps - 1}")]
 
 
+@pytest.mark.parametrize("turns", [10, 300])
+def test_a_graph_turn_reads_one_list_at_any_thread_length(turns: int) -> None:
+    """A compiled graph's invoke on a thread this saver holds: get_tuple lists what came after
+    the head it knows (``Session.catch_up``), then the puts; no read grows with the thread."""
+    counting = CountingStore(MemoryStore())
+    graph = counting_graph(EvstoreSaver(Store(counting, root="lg")), None)
+    config: Any = {"configurable": {"thread_id": "t"}}
+    for _ in range(turns):
+        graph.invoke({"total": 1}, config)
+    counting.reset()
+    graph.invoke({"total": 1}, config)
+    assert {kind: n for kind, n in counting.counts.items() if kind != "PUT"} == {"LIST": 1}
+    assert 1 <= counting.counts["PUT"] <= 6  # the checkpoints and writes (and at times a segment)
+    assert graph.get_state(config).values["total"] == 2 * (turns + 1)
+
+
 def test_put_stores_only_changed_channels() -> None:
     counting = CountingStore(MemoryStore())
     store = Store(counting, root="lg")

@@ -49,7 +49,11 @@ segments, a few HEAD probes more, O(log n)). ``get_tuple`` of an older
 ``checkpoint_id`` reads from that checkpoint to the head (the first time a
 saver meets an id, the whole session); ``list`` replays the sessions it lists.
 A saver keeps, per session it used (the 1,024 most recent), its writer, where
-the recent checkpoints are and their small channel values.
+the recent checkpoints are and their small channel values; its next read of
+that session lists only what came after the head it knows (``Session.catch_up``:
+one LIST when nothing came, and the records another process appended taken in
+as they are read), so a graph's turn on a thread it holds reads one LIST at any
+length, then puts.
 
 **Concurrency.** Each saver keeps one evstore writer per session and appends
 at the head it last read (``get_tuple``, ``get_delta_channel_history``) or wrote; every append is a
@@ -111,6 +115,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from .._async import AsyncStore
 from .._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError
 from .._store import Session, Store
+from .._views import Event
 
 __all__ = ["EvstoreSaver", "decode_session_id", "session_id_for"]
 
@@ -473,11 +478,12 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         """
         if state.writer is not None:
             try:
-                state.writer.refresh()
-                self._sync(state)
+                new = state.writer.catch_up()  # one LIST when nothing came: a turn's cost at any length
+            except (SessionNotFoundError, IntegrityError):
+                self._reset(state)  # deleted (perhaps created again), or a planted object: opened afresh
+            else:
+                self._adopt(state, new)
                 return True
-            except SessionNotFoundError:
-                self._reset(state)
         try:
             state.writer = self.store.open(state.session_id)
         except SessionNotFoundError:
@@ -486,6 +492,31 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         state.known_head = 0  # nothing of this incarnation is known yet
         self._sync(state)
         return True
+
+    def _adopt(self, state: _State, new: list[Event]) -> None:
+        """Take in the events another process appended (``Session.catch_up``): the latest
+        checkpoint's seq and id from the newest, and the records into ``tail``, so that
+        ``_load_latest`` reads none of them again. Anything but LangGraph records after what this
+        saver knew falls back to ``_sync`` (the head event read)."""
+        if not new:
+            self._sync(state)
+            return
+        records: dict[int, Record] = {}
+        for event in new:
+            record = _record_of(event.messages)
+            if record is not None and not _well_formed(record):
+                raise IntegrityError(state.session_id, event.seq, "a LangGraph record is malformed")
+            if record is None or new[0].seq != state.known_head + 1:
+                self._sync(state)
+                return
+            records[event.seq] = record
+        last = records[new[-1].seq]
+        state.known_head = new[-1].seq
+        state.lcp, state.lid = last.get("lcp") or 0, last.get("lid")
+        merged = {**state.tail, **records}
+        latest = merged.get(state.lcp)
+        early = set(latest.get("pre") or []) if latest is not None else set()
+        state.tail = {seq: record for seq, record in merged.items() if seq >= state.lcp or seq in early}
 
     def _sync(self, state: _State) -> None:
         """Make the latest checkpoint's seq and id exact at the writer's head: every event names
