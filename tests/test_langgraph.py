@@ -226,6 +226,54 @@ def test_a_graph_turn_reads_one_list_at_any_thread_length(turns: int) -> None:
     assert graph.get_state(config).values["total"] == 2 * (turns + 1)
 
 
+def _listed_ids(saver: EvstoreSaver, config: Any, **kwargs: Any) -> list[str]:
+    return [t.config["configurable"]["checkpoint_id"] for t in saver.list(config, **kwargs)]
+
+
+def test_list_with_a_limit_reads_back_only_as_far_as_it_needs() -> None:
+    costs = []
+    for steps in (60, 600):
+        counting = CountingStore(MemoryStore())
+        store = Store(counting, root="lg", auto_compact=None)  # every event read is a GET: countable
+        grow(EvstoreSaver(store), "t", steps, "b")
+        saver = EvstoreSaver(store)
+        everything = list(saver.list(cfg("t")))
+        counting.reset()
+        newest = list(saver.list(cfg("t"), limit=5))
+        costs.append(counting.total)
+        assert [t.checkpoint for t in newest] == [t.checkpoint for t in everything[:5]]
+        assert [t.pending_writes for t in newest] == [t.pending_writes for t in everything[:5]]
+        assert _listed_ids(saver, cfg("t"), limit=3, filter={"step": steps - 2}) == _listed_ids(
+            saver, cfg("t"), filter={"step": steps - 2}
+        )
+    assert costs[1] <= costs[0] + 2, costs  # 10x the thread, not more requests
+
+
+def test_list_with_a_limit_finds_a_greater_id_put_long_before() -> None:
+    """Ids order the list, not seqs: a checkpoint with an id greater than those after it (a
+    clock that ran ahead) is found where a backward read that stopped at 3 would miss it."""
+    saver = EvstoreSaver(Store(MemoryStore(), root="lg"))
+    early = checkpoint({"x": 0}, {"x": saver.get_next_version(None, None)}, 0)
+    early["id"] = "ffffffff-ffff-6fff-8fff-ffffffffffff"  # the greatest id there is
+    saver.put(cfg("t"), early, {"step": 0}, early["channel_versions"])
+    for step in range(1, 80):
+        put(saver, cfg("t"), {"x": step}, step)
+    retract = checkpoint({"x": -1}, {"x": saver.get_next_version(None, None)}, 99)
+    saver.put(cfg("t"), retract, {"step": 99}, retract["channel_versions"])
+    full = _listed_ids(EvstoreSaver(saver.store), cfg("t"))
+    assert full[0] == early["id"]
+    assert _listed_ids(EvstoreSaver(saver.store), cfg("t"), limit=3) == full[:3]
+
+
+def test_list_with_a_limit_over_every_thread_names_a_hashed_thread() -> None:
+    saver = EvstoreSaver(Store(MemoryStore(), root="lg"))
+    long_id = "t" * 200  # hashed into the session id: its name is an event of its own
+    for step in range(40):
+        put(saver, cfg(long_id), {"x": step}, step)
+    listed = list(EvstoreSaver(saver.store).list(None, limit=2))
+    assert [t.config["configurable"]["thread_id"] for t in listed] == [long_id, long_id]
+
+
 def test_put_stores_only_changed_channels() -> None:
     counting = CountingStore(MemoryStore())
     store = Store(counting, root="lg")

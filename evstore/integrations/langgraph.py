@@ -47,7 +47,10 @@ requests that does not grow with the thread (a new process's first read of a
 session finds its head as ``Store.open`` does: past 1,000 events without
 segments, a few HEAD probes more, O(log n)). ``get_tuple`` of an older
 ``checkpoint_id`` reads from that checkpoint to the head (the first time a
-saver meets an id, the whole session); ``list`` replays the sessions it lists.
+saver meets an id, the whole session); ``list(limit=k)`` reads each session
+backwards from its head, in chunks that double, only as far as its k newest
+checkpoints and their writes reach (``_newest_fold``), and without a limit, or
+with ``before``, replays the sessions it lists.
 A saver keeps, per session it used (the 1,024 most recent), its writer, where
 the recent checkpoints are and their small channel values; its next read of
 that session lists only what came after the head it knows (``Session.catch_up``:
@@ -691,7 +694,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first (by id) per namespace; replays each session it lists."""
+        """Checkpoints newest first (by id) per namespace: with ``limit`` (and no ``before``)
+        from each session's newest events only, else from the whole session."""
         if config is not None:
             thread_id, _ = self._parts(config)
             configurable = config.get("configurable") or {}
@@ -709,7 +713,10 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             if remaining is not None and remaining <= 0:
                 return
             try:
-                fold = self._fold(session_id)
+                if remaining is None or before_id or only_id:
+                    fold = self._fold(session_id)
+                else:
+                    fold = self._newest_fold(session_id, remaining, filter)
             except SessionNotFoundError:
                 continue
             names = self._names(session_id, fold, thread_id, wanted_ns)
@@ -722,10 +729,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 if before_id and checkpoint_id >= before_id:
                     continue
                 seq, record = fold.live[checkpoint_id]
-                if filter:
-                    metadata = self._decode(record["m"], session_id, seq)
-                    if not all(metadata.get(k) == v for k, v in filter.items()):
-                        continue
+                if not self._matches(session_id, seq, record, filter):
+                    continue
                 if remaining is not None:
                     if remaining <= 0:
                         return
@@ -733,6 +738,57 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 found = self._tuple(thread, checkpoint_ns, session_id, fold, checkpoint_id)
                 if found is not None:
                     yield found
+
+    def _newest_fold(self, session_id: str, wanted: int, filter: dict[str, Any] | None) -> _Fold:
+        """A fold of the session's newest events, read backwards in chunks that double, that holds
+        its ``wanted`` live checkpoints of greatest id (matching ``filter``) with their writes:
+        what ``list(limit=k)`` needs, at a cost that follows k, not the thread's length.
+
+        Enough once the fold of the events from seq ``s`` on has ``wanted`` such checkpoints
+        after ``s``, each with its writes in it (they start at its ``f``), whose least id is
+        greater than the ``lid`` the event at ``s`` records: the greatest id live after it, so
+        the greatest of every checkpoint before ``s`` that is still live (a retraction comes
+        after what it hides, and only hides). Otherwise the whole session is folded.
+        """
+        state = self._state(session_id)
+        with state.lock:
+            if not self._refresh(state):
+                raise SessionNotFoundError(session_id)
+            assert state.writer is not None
+            head = state.writer.head
+        records: dict[int, Record] = {}
+        end, size = head, max(16, 8 * wanted)
+        while True:
+            start = max(1, end - size + 1)
+            records.update(self._read(session_id, start, end))
+            fold = _Fold()
+            for seq in sorted(records):
+                fold.add(seq, records[seq])
+            boundary = records.get(start)
+            if start == 1:
+                return fold
+            if boundary is not None:
+                found = sorted(
+                    (
+                        checkpoint_id
+                        for checkpoint_id, (seq, record) in fold.live.items()
+                        if seq > start and (record.get("f") or seq) > start and self._matches(session_id, seq, record, filter)
+                    ),
+                    reverse=True,
+                )
+                bound = boundary.get("lid")
+                if len(found) >= wanted and (bound is None or found[wanted - 1] > bound):
+                    decoded = decode_session_id(self.prefix, session_id)
+                    if decoded is not None and decoded[0] is None:  # a hashed thread id: its name event is seq 1's
+                        fold.name = next((r.get("thread") for _, r in self._read(session_id, 1, 1) if r["k"] == "name"), None)
+                    return fold
+            end, size = start - 1, size * 2
+
+    def _matches(self, session_id: str, seq: int, record: Record, filter: dict[str, Any] | None) -> bool:
+        if not filter:
+            return True
+        metadata = self._decode(record["m"], session_id, seq)
+        return all(metadata.get(k) == v for k, v in filter.items())
 
     def _names(self, session_id: str, fold: _Fold, thread_id: str | None, checkpoint_ns: Any) -> tuple[str, str] | None:
         decoded = decode_session_id(self.prefix, session_id)
