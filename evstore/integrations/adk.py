@@ -119,6 +119,7 @@ from .. import (
 from .. import Event as StoreEvent
 from .. import Session as Writer
 from .. import SessionNotFoundError as StoreSessionNotFoundError
+from ._names import escape, unescape
 
 __all__ = [
     "AlreadyExistsError",
@@ -136,8 +137,6 @@ T = TypeVar("T")
 META_KEY = "adk"
 RECORD_VERSION = 1
 _MAX_ID = 128
-_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
-_HEX = "0123456789ABCDEF"
 _CACHE_SIZE = 1024
 #: The sessions a service keeps whole hold at most this many events between them (the least
 #: recently used go first): about 200 MB of records at 1 KiB each.
@@ -178,36 +177,16 @@ class SessionNotFoundError(_AdkSessionNotFoundError, StoreSessionNotFoundError):
 
 def encode_part(text: str) -> str:
     """One name part as evstore id characters (reversible; see the module docstring)."""
-    if not text:
-        return "_"
-    out: list[str] = []
-    for byte in text.encode("utf-8", "surrogatepass"):
-        out.append(chr(byte) if byte in _KEPT else "_" + _HEX[byte >> 4] + _HEX[byte & 15])
-    return "".join(out)
+    return escape(text.encode("utf-8", "surrogatepass"), upper=True) if text else "_"
 
 
 def decode_part(part: str) -> str | None:
     """The name ``encode_part`` made ``part`` from, or None when ``part`` is not such an encoding."""
     if part == "_":
         return ""
-    data = bytearray()
-    i = 0
-    while i < len(part):
-        char = part[i]
-        if char == "_":
-            pair = part[i + 1 : i + 3]
-            if len(pair) != 2 or any(c not in _HEX for c in pair):
-                return None
-            byte = int(pair, 16)
-            if byte in _KEPT:
-                return None  # not canonical: encode_part keeps it
-            data.append(byte)
-            i += 3
-        elif ord(char) < 128 and ord(char) in _KEPT:
-            data.append(ord(char))
-            i += 1
-        else:
-            return None
+    data = unescape(part, upper=True)
+    if data is None:
+        return None
     try:
         text = data.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:

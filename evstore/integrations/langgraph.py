@@ -119,13 +119,13 @@ from .._async import AsyncStore
 from .._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError
 from .._store import Session, Store
 from .._views import Event
+from ._names import escape, unescape
 
 __all__ = ["EvstoreSaver", "decode_session_id", "session_id_for"]
 
 _MAX_ID = 128
 _THREAD_PART_MAX = 80
 _HASHED = "_h"
-_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 _PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _STRATEGIES = ("keep_latest", "delete")
 #: Checkpoint summaries a saver keeps per session (id -> seq, refs); older ones are re-read when needed.
@@ -147,34 +147,14 @@ def _escape(text: str) -> str:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInputError("thread ids and namespaces must be valid Unicode text") from None
-    out = []
-    for byte in data:
-        char = chr(byte)
-        out.append(char if char in _SAFE else f"_{byte:02x}")
-    return "".join(out)
+    return escape(data, upper=False)
 
 
 def _unescape(part: str) -> str | None:
     """The text of an escaped part; None for a hashed part or anything this module did not write."""
-    if part.startswith(_HASHED):
+    data = unescape(part, upper=False)  # a hashed part's "_h" is no escape: None
+    if data is None:
         return None
-    data = bytearray()
-    i = 0
-    while i < len(part):
-        char = part[i]
-        if char == "_":
-            try:
-                data.append(int(part[i + 1 : i + 3], 16))
-            except ValueError:
-                return None
-            if len(part[i + 1 : i + 3]) != 2:
-                return None
-            i += 3
-        elif char in _SAFE:
-            data.append(ord(char))
-            i += 1
-        else:
-            return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
