@@ -31,6 +31,7 @@ from ._doctor import register as register_doctor
 from ._ecosystem import check_output_path, register
 from ._network import network_options, open_options
 from ._output import event_lines, info_json, render_text, write_json, write_jsonl
+from ._proofs import register as register_proofs
 
 
 def _explain(error: EvstoreError, state: Context | None) -> str:
@@ -727,3 +728,4 @@ def main() -> None:
 
 register(cli)
 register_doctor(cli)
+register_proofs(cli)

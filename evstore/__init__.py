@@ -21,6 +21,7 @@ from ._errors import (
     StoreUnavailableError,
     WriteConflictError,
 )
+from ._proofs import ConsistencyProof, InclusionProof, TreeHead, check_proof
 from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
 from ._url import default_store_url, open_store
 from ._views import Event, Repair
@@ -37,9 +38,11 @@ _LAZY = frozenset({"AsyncSession", "AsyncStore", "Outcome"})
 __all__ = [
     "AsyncSession",
     "AsyncStore",
+    "ConsistencyProof",
     "DeleteResult",
     "Event",
     "EvstoreError",
+    "InclusionProof",
     "IntegrityError",
     "InvalidInputError",
     "KeyRequiredError",
@@ -59,8 +62,10 @@ __all__ = [
     "SessionNotFoundError",
     "Store",
     "StoreUnavailableError",
+    "TreeHead",
     "VerifyResult",
     "WriteConflictError",
+    "check_proof",
     "default_store_url",
     "generate_key",
     "open_store",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _audit, _forks, _read, _retention, _write
+from . import _audit, _forks, _proofs, _read, _retention, _write
 from ._audit import Audit, RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
@@ -29,6 +29,7 @@ from ._crypto import Keyring
 from ._forks import DeleteResult
 from ._ids import Layout
 from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
+from ._proofs import ConsistencyProof, InclusionProof, TreeHead
 from ._read import SessionInfo
 from ._retention import DEFAULT_GRACE, ExpiringObject, GcReport, OnRemove
 from ._views import Event, Repair
@@ -195,6 +196,18 @@ class Store:
     def verify(self, session_id: str, *, expect: Receipt | None = None) -> VerifyResult:
         """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt."""
         return _audit.verify(self.shared, session_id, expect=expect)
+
+    def tree_head(self, session_id: str, *, size: int | None = None) -> TreeHead:
+        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all by default); no key needed."""
+        return _proofs.tree_head(self.shared, session_id, size)
+
+    def prove(self, session_id: str, seq: int, *, size: int | None = None) -> InclusionProof:
+        """That event ``seq`` is in the tree of the first ``size`` events: O(log n) hashes (``check_proof``)."""
+        return _proofs.prove(self.shared, session_id, seq, size)
+
+    def prove_consistency(self, session_id: str, old_size: int, *, size: int | None = None) -> ConsistencyProof:
+        """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s)."""
+        return _proofs.prove_consistency(self.shared, session_id, old_size, size)
 
     def audit(self, session_id: str) -> Audit:
         """``verify``, and when it fails at a seq, the verified part before it (``Audit.verified``)
