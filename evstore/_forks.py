@@ -102,7 +102,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     """
     loaded = load(ctx, session_id, deleted_ok=True)
     manifest = loaded.manifest
-    head = find_head(ctx, loaded)
+    head = find_head(ctx, loaded, require_start=False)  # the fence goes after every seq, whatever precedes them
     if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
         raise SessionNotFoundError(session_id, "was deleted", deleted=True)
     now = ctx.clock()
