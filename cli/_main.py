@@ -575,11 +575,16 @@ def rekey(state: Context, session: str) -> None:
 @click.option("--include-forks", is_flag=True, help="Shred the session's live forks too (they read its events).")
 @pass_context
 def shred(state: Context, session: str, include_forks: bool) -> None:
-    """Destroy SESSION's salt, then every object: no surviving copy of its events can be opened."""
+    """Fence SESSION as delete does, then destroy its salt and every object's content: no
+    surviving copy of its events can be opened, and no append lands after it."""
     result = state.store.shred(session, include_forks=include_forks)
     salt = "salt destroyed" if result.salt_destroyed else "plaintext session: no salt to destroy"
     forks = f"; forks shredded: {', '.join(result.shredded_forks)}" if result.shredded_forks else ""
-    say(f"shredded {session}: {salt}, {result.objects_removed} objects removed{forks}")
+    gc = f", gc removes them after {result.removable_after}" if result.removable_after else ""
+    say(
+        f"shredded {session}: {salt}, {result.objects_removed} objects destroyed{forks}; fenced at seq "
+        f"{result.fenced_at} (its slots hold the fence, with the tombstone and the manifest without its salt{gc})"
+    )
 
 
 @cli.command()
