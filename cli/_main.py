@@ -596,7 +596,9 @@ def shred(state: Context, session: str, include_forks: bool) -> None:
     help="Also expire what the bucket's lifecycle rules would (for stores that never run them).",
 )
 @click.option(
-    "--keep", type=click.IntRange(min=0), help="Keep only the newest N ephemeral sessions whose ids start with --prefix."
+    "--keep",
+    type=click.IntRange(min=0),
+    help="Keep only the newest N ephemeral sessions whose ids start with --prefix, of those older than --grace.",
 )
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
 @click.option(
@@ -654,9 +656,11 @@ def gc(
     if report.sessions_deleted:
         deleted = "would delete" if dry_run else "deleted"
         say(
-            f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (counted by age, however new: "
-            "--grace does not apply); a gc run after the fence hold removes their objects"
+            f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (the newest of those older than "
+            f"--grace {grace} are kept); a gc run after the fence hold removes their objects"
         )
+    if report.kept_by_grace:
+        say(f"gc: kept {report.kept_by_grace} sessions younger than --grace {grace}, not counted against --keep {keep}")
 
 
 @cli.group(cls=Group)
