@@ -576,11 +576,16 @@ def rekey(state: Context, session: str) -> None:
 @click.option("--include-forks", is_flag=True, help="Shred the session's live forks too (they read its events).")
 @pass_context
 def shred(state: Context, session: str, include_forks: bool) -> None:
-    """Destroy SESSION's salt, then every object: no surviving copy of its events can be opened."""
+    """Fence SESSION as delete does, then destroy its salt and every object's content: no
+    surviving copy of its events can be opened, and no append lands after it."""
     result = state.store.shred(session, include_forks=include_forks)
     salt = "salt destroyed" if result.salt_destroyed else "plaintext session: no salt to destroy"
     forks = f"; forks shredded: {', '.join(result.shredded_forks)}" if result.shredded_forks else ""
-    say(f"shredded {session}: {salt}, {result.objects_removed} objects removed{forks}")
+    gc = f", gc removes them after {result.removable_after}" if result.removable_after else ""
+    say(
+        f"shredded {session}: {salt}, {result.objects_removed} objects destroyed{forks}; fenced at seq "
+        f"{result.fenced_at} (its slots hold the fence, with the tombstone and the manifest without its salt{gc})"
+    )
 
 
 @cli.command()
@@ -592,7 +597,9 @@ def shred(state: Context, session: str, include_forks: bool) -> None:
     help="Also expire what the bucket's lifecycle rules would (for stores that never run them).",
 )
 @click.option(
-    "--keep", type=click.IntRange(min=0), help="Keep only the newest N ephemeral sessions whose ids start with --prefix."
+    "--keep",
+    type=click.IntRange(min=0),
+    help="Keep only the newest N ephemeral sessions whose ids start with --prefix, of those older than --grace.",
 )
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
 @click.option(
@@ -650,9 +657,11 @@ def gc(
     if report.sessions_deleted:
         deleted = "would delete" if dry_run else "deleted"
         say(
-            f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (counted by age, however new: "
-            "--grace does not apply); a gc run after the fence hold removes their objects"
+            f"gc: {deleted} {report.sessions_deleted} sessions beyond --keep {keep} (the newest of those older than "
+            f"--grace {grace} are kept); a gc run after the fence hold removes their objects"
         )
+    if report.kept_by_grace:
+        say(f"gc: kept {report.kept_by_grace} sessions younger than --grace {grace}, not counted against --keep {keep}")
 
 
 @cli.group(cls=Group)

@@ -18,10 +18,10 @@ its seq, timestamp, write id and message. Events appended meanwhile are
 re-sealed in further rounds (bounded). Segments hold old bytes, so rekey
 removes them first; ``compact`` rebuilds them.
 
-Shred destroys the session's salt (manifest, and the salt object of a
-session encrypted by rekey), then every object: a copy of an event that
-survives elsewhere can never be opened again, since its key was derived from
-that salt.
+Shred fences the session as delete does, then destroys its salt (the manifest's,
+and the salt object of a session encrypted by rekey), then every object's
+content: a copy of an event that survives elsewhere can never be opened again,
+since its key was derived from that salt, and no append lands after it.
 """
 
 from __future__ import annotations
@@ -33,13 +33,26 @@ from dataclasses import dataclass
 import msgspec
 
 from . import _read
-from ._backends import ObjectExists, PreconditionFailed
+from ._backends import ObjectExists, ObjectInfo, ObjectMissing, PreconditionFailed
 from ._chain import Receipt
-from ._codec import FORMAT_VERSION, RekeyRecord, b64encode, encode_json, format_ts, header_aad, sha256_hex
-from ._context import WRITE_ID_METADATA, StoreContext
+from ._codec import (
+    FORMAT_VERSION,
+    MAX_SMALL_OBJECT_BYTES,
+    RekeyRecord,
+    b64encode,
+    encode_json,
+    encode_manifest,
+    fence_of,
+    format_ts,
+    header_aad,
+    parse_ts,
+    sha256_hex,
+)
+from ._context import FENCE_HOLD, WRITE_ID_METADATA, StoreContext
 from ._crypto import new_salt, seal
 from ._errors import IntegrityError, InvalidInputError, WriteConflictError
-from ._forks import forks_of, purge
+from ._forks import fence, forks_of
+from ._ids import parse_seq
 from ._read import Loaded, Meta, salt_key
 
 _MAX_ROUNDS = 8
@@ -135,9 +148,16 @@ class RekeyResult:
 @dataclass(frozen=True)
 class ShredResult:
     session_id: str
+    #: Objects destroyed: the event objects emptied (each now holds the fence's bytes) and every
+    #: other object removed (segments, salt object, rekey records, fork markers).
     objects_removed: int
     salt_destroyed: bool
     shredded_forks: list[str]
+    #: The seq of the fence (as ``delete``'s): no append is acknowledged at it or below it.
+    fenced_at: int = 0
+    #: When gc may remove what is left (the manifest without its salt, the tombstone, the emptied
+    #: seq slots): ``FENCE_HOLD`` after the fence, as for ``delete``.
+    removable_after: str = ""
 
 
 def _ensure_salt(ctx: StoreContext, loaded: Loaded) -> None:
@@ -221,7 +241,19 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
 
 
 def shred(ctx: StoreContext, session_id: str, *, include_forks: bool = False) -> ShredResult:
-    """Destroy the session's salt, then its objects: no surviving copy can be opened again."""
+    """Fence the session as ``delete`` does, then destroy its salt and every object's content:
+    no surviving copy can be opened again, and no writer's append is acknowledged after it.
+
+    The fence goes first, then the salt (the manifest is replaced by one without it, the salt
+    object removed), then the event objects are overwritten with the fence's bytes, conditionally
+    on their ETags, and every other object is removed. The seq slots stay taken: a writer still
+    inside its lease, whatever head it holds, meets a 412 at its next seq and reads the delete
+    (``SessionNotFoundError``), where removed events would have let its PUT land, acknowledged
+    and unreadable. gc removes what is left after ``FENCE_HOLD``, as for a deleted session.
+    Requests: ``delete``'s, GET tombstone, HEAD salt object, a GET and a conditional PUT of the
+    manifest (an encrypted session), a LIST per 1,000 objects, a conditional PUT per event
+    (2 x ``concurrency`` in flight) and a DELETE per 1,000 others.
+    """
     loaded = _read.load(ctx, session_id, deleted_ok=True)
     manifest = loaded.manifest
     forks = forks_of(ctx, session_id, manifest.uid)
@@ -234,11 +266,68 @@ def shred(ctx: StoreContext, session_id: str, *, include_forks: bool = False) ->
     for child in forks:
         result = shred(ctx, child, include_forks=True)
         shredded_forks += [child, *result.shredded_forks]
+    fenced = fence(ctx, loaded)  # None: deleted and fenced already, its fence stands
+    layout = ctx.layout
+    tombstone = ctx.backend.get(layout.tombstone_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES).data
     salt_object_key = salt_key(ctx, session_id)
     salt_object = ctx.has_object(salt_object_key)
     # the salt goes first: from here on no surviving copy of an event can be opened
-    ctx.backend.delete_many([ctx.layout.manifest_key(session_id), salt_object_key])
-    removed = 1 + salt_object + purge(ctx, session_id)
-    had_salt = manifest.salt is not None or salt_object
+    if manifest.salt is not None:
+        stored = ctx.backend.get(layout.manifest_key(session_id), max_bytes=MAX_SMALL_OBJECT_BYTES)
+        saltless = encode_manifest(msgspec.structs.replace(manifest, kid=None, salt=None))
+        tags = ctx.tags_for(manifest.retention)
+        try:
+            ctx.backend.replace(layout.manifest_key(session_id), saltless, etag=stored.etag, tags=tags)
+        except PreconditionFailed:
+            raise WriteConflictError(session_id, 0, "its manifest changed while shred read it: run it again") from None
+    if salt_object:
+        ctx.backend.delete_many([salt_object_key])
     ctx.forget_keys(session_id)
-    return ShredResult(session_id, removed, had_salt, shredded_forks)
+    if fenced is None:  # fenced by an earlier delete: its fence is the highest seq, its tombstone says when
+        fenced_at = _read.find_head(ctx, loaded, require_start=False)
+        deleted = fence_of(tombstone)
+        removable_after = format_ts(parse_ts(deleted.deleted) + FENCE_HOLD) if deleted is not None else ""
+    else:
+        fenced_at, removable_after = fenced.fenced_at, fenced.removable_after
+    removed = salt_object + _empty_objects(ctx, loaded, tombstone, fenced_at)
+    return ShredResult(session_id, removed, manifest.salt is not None or salt_object, shredded_forks, fenced_at, removable_after)
+
+
+def _empty_objects(ctx: StoreContext, loaded: Loaded, fence_bytes: bytes, fenced_at: int) -> int:
+    """Overwrite each of the session's event objects below the fence at ``fenced_at`` with
+    ``fence_bytes`` (its slot stays taken) and remove every other object but the manifest, the
+    tombstone and the fence; return how many. Names past the fence were planted after it: gc
+    removes them with the rest."""
+    session_id = loaded.manifest.sid
+    prefix = ctx.layout.session_prefix(session_id)
+    kept = {ctx.layout.manifest_key(session_id), ctx.layout.tombstone_key(session_id)}
+    tags = ctx.tags_for(loaded.manifest.retention)
+    events: list[ObjectInfo] = []
+    others: list[str] = []
+    for info in ctx.backend.list(prefix):
+        seq = parse_seq(info.key[len(prefix) :])
+        if seq is not None:
+            if seq < fenced_at:
+                events.append(info)
+        elif info.key not in kept:
+            others.append(info.key)
+
+    def overwrite(info: ObjectInfo) -> bool:
+        """Whether the object at ``info.key`` now holds ``fence_bytes`` (False: it is gone)."""
+        etag = info.etag
+        for _ in range(_MAX_ROUNDS):
+            try:
+                ctx.backend.replace(info.key, fence_bytes, etag=etag, tags=tags)
+                return True
+            except PreconditionFailed:
+                try:  # changed since it was listed (a rekey re-sealed it), or listed without an ETag
+                    etag = ctx.backend.head(info.key).etag
+                except ObjectMissing:
+                    return False  # removed meanwhile (expiry of an old event): no writer's next seq
+        seq = parse_seq(info.key[len(prefix) :]) or 0
+        raise WriteConflictError(session_id, seq, "the event kept changing while shred emptied it: run it again")
+
+    emptied = sum(done for _, done in ctx.prefetched(events, overwrite, ctx.concurrency * 2))
+    for start in range(0, len(others), 1000):
+        ctx.backend.delete_many(others[start : start + 1000])
+    return emptied + len(others)

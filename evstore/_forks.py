@@ -36,7 +36,7 @@ from ._codec import (
 from ._context import FENCE_HOLD, StoreContext
 from ._errors import InvalidInputError, SessionExistsError, SessionNotFoundError, StoreUnavailableError
 from ._manifests import new_manifest, require_free
-from ._read import MAX_FORK_DEPTH, find_head, fork_points, is_fence, live_forks, load, read_meta, tombstoned
+from ._read import MAX_FORK_DEPTH, Loaded, find_head, fork_points, is_fence, live_forks, load, read_meta, tombstoned
 
 #: How many seqs past the head ``delete`` tries for its fence, each taken by an append racing it.
 FENCE_ATTEMPTS = 1000
@@ -92,19 +92,34 @@ def forks_of(ctx: StoreContext, session_id: str, uid: str) -> list[str]:
 def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
     """Delete a session: every read says so at once, and no append lands after this returns.
 
-    Requests: GET manifest with the LIST of its non-event objects, the head's LIST
-    (``find_head``), a GET per fork marker (the forks the tombstone records), PUT tombstone,
-    then ``_record_late_forks`` (GET tombstone, LIST), PUT fence (one more per append that races
-    it). Nothing is removed here: gc removes the objects once ``removable_after`` has
-    passed and no fork reads them. Running it again finishes a delete that was interrupted
-    between its tombstone and its fence (one GET more); after a complete one it raises
-    ``SessionNotFoundError``.
+    Requests: GET manifest with the LIST of its non-event objects, then ``fence``'s. Nothing is
+    removed here: gc removes the objects once ``removable_after`` has passed and no fork reads
+    them. Running it again finishes a delete that was interrupted between its tombstone and
+    its fence (one GET more); after a complete one it raises ``SessionNotFoundError``.
     """
-    loaded = load(ctx, session_id, deleted_ok=True)
-    manifest = loaded.manifest
-    head = find_head(ctx, loaded)
-    if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
+    fenced = fence(ctx, load(ctx, session_id, deleted_ok=True))
+    if fenced is None:
         raise SessionNotFoundError(session_id, "was deleted", deleted=True)
+    return fenced
+
+
+def fence(ctx: StoreContext, loaded: Loaded) -> DeleteResult | None:
+    """Mark the session deleted so that no append lands from here on: its tombstone (naming the
+    forks alive), the forks made meanwhile added to it, then the tombstone's bytes at the seq
+    after the highest seq listed, whatever precedes it (an expired or tampered start included).
+    A stale writer's PUT then meets a 412 at the fence or before it, and reads it as the delete
+    (``decode_at``); the caller keeps every seq slot up to the fence taken until gc, after
+    ``FENCE_HOLD``. None when the session is deleted and fenced already.
+
+    Requests: the head's LIST (``find_head``), a GET per fork marker (the forks the tombstone
+    records), PUT tombstone, then ``_record_late_forks`` (GET tombstone, LIST), PUT fence (one
+    more per append that races it).
+    """
+    manifest = loaded.manifest
+    session_id = manifest.sid
+    head = find_head(ctx, loaded, require_start=False)
+    if loaded.meta.tombstone and head >= loaded.first_own and is_fence(ctx, session_id, manifest.uid, head):
+        return None
     now = ctx.clock()
     tombstone = encode_json(Tombstone(session_id, manifest.uid, format_ts(now), _alive(ctx, manifest.uid, loaded.meta.forks)))
     tags = ctx.tags_for(manifest.retention)
@@ -114,7 +129,7 @@ def delete(ctx: StoreContext, session_id: str) -> DeleteResult:
             ctx.create_once(key, tombstone, tags)
         except ObjectExists:
             if tombstoned(ctx, manifest, msgspec.structs.replace(loaded.meta, tombstone=True)):
-                raise SessionNotFoundError(session_id, "was deleted", deleted=True) from None
+                return None
             ctx.backend.delete_many([key])  # an earlier incarnation's, left behind by the create of this one
             ctx.create_once(key, tombstone, tags)
     recorded = _record_late_forks(ctx, session_id, manifest.uid, key, tags)

@@ -81,7 +81,7 @@ def claim(ctx: StoreContext, session_id: str) -> tuple[int, str | None]:
         raise SessionExistsError(session_id)
     if meta.forks and (forks := live_forks(ctx, manifest.uid, meta.forks, recorded=recorded_forks(ctx, session_id))):
         raise SessionExistsError(session_id, held_by_forks(forks))
-    head = find_head(ctx, Loaded(manifest, sha256_hex(stored.data), meta))
+    head = find_head(ctx, Loaded(manifest, sha256_hex(stored.data), meta), require_start=False)  # where its fence is
     if head < first_own_seq(manifest) or not is_fence(ctx, session_id, manifest.uid, head):
         raise SessionExistsError(session_id, "was deleted but not fenced (an interrupted delete): run delete again")
     return head, stored.etag

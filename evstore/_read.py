@@ -466,7 +466,30 @@ def _tail_page(ctx: StoreContext, session_id: str, after: int, *, short: bool = 
     return seqs, False
 
 
-def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
+def missing_start(loaded: Loaded, found: int, data: bytes | None) -> SessionExpiredError | IntegrityError:
+    """The error for a session whose first own event is missing while seq ``found`` is listed
+    after it (``data``: that object's bytes, None if it is gone too).
+
+    Expiry removes a session's objects and leaves the rest of its own events, so the gap is
+    expiry only where what follows it is one: an event of this incarnation at ``found`` (sealed,
+    in a session that takes only sealed events), or nothing any more (expiry going on). Anything
+    else there was planted where no event was (the writer role may create any name): it is
+    tampering (``IntegrityError`` at ``found``), never expiry, so that one junk object cannot
+    make a session pass for expired. Pure."""
+    manifest = loaded.manifest
+    gap = f"seq {loaded.first_own} is missing"
+    if data is not None:
+        try:
+            raw = decode_raw(manifest, found, data)
+        except IntegrityError as error:
+            return IntegrityError(manifest.sid, found, f"{error.detail}, and {gap} before it: planted, not expired")
+        if raw.envelope.body is not None and loaded.sealed_only:
+            detail = f"plaintext event in an encrypted session, and {gap} before it: planted, not expired"
+            return IntegrityError(manifest.sid, found, detail)
+    return SessionExpiredError(manifest.sid, f"its first events are gone ({gap})")
+
+
+def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0, *, require_start: bool = True) -> int:
     """The highest seq of the session, starting from ``known`` (a seq the caller knows
     exists: a writer's own head) or from the end of its newest segment.
 
@@ -478,7 +501,10 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
     HEAD probes gallop up from the end of those pages (doubling the step) and then
     bisect, until 1,000 events remain for a final LIST. Names among the events that are
     no seqs are skipped, never taken for the end of them (``_tail_page``, ``_event_names``).
-    Raises ``SessionExpiredError`` when the session's first own event is gone.
+    Raises ``SessionExpiredError`` when the session's first own event is gone, or
+    ``IntegrityError`` when what is listed after that gap is no event of the session
+    (``missing_start``: one GET); with ``require_start`` False, neither: the highest seq
+    listed whatever precedes it (where a fence goes).
     """
     session_id = loaded.manifest.sid
     layout = ctx.layout
@@ -494,8 +520,8 @@ def find_head(ctx: StoreContext, loaded: Loaded, known: int = 0) -> int:
             break
     else:
         seqs, more = _tail_page(ctx, session_id, known, short=short)
-    if floor == 0 and seqs and seqs[0] > loaded.first_own:
-        raise SessionExpiredError(session_id, f"its first events are gone (seq {loaded.first_own} is missing)")
+    if require_start and floor == 0 and seqs and seqs[0] > loaded.first_own:
+        raise missing_start(loaded, seqs[0], get_event_bytes(ctx, session_id, seqs[0]))
     low = seqs[-1] if seqs else floor
     if not more:
         return max(low, loaded.first_own - 1)
@@ -1085,7 +1111,7 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             if seq != expected or listed is None:
                 missing = expected if seq != expected else seq
                 if missing == loaded.first_own:
-                    raise SessionExpiredError(sid, f"its first events are gone (seq {missing} is missing)")
+                    raise missing_start(loaded, seq, listed)
                 raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
             yield [decode_raw(manifest, seq, listed)]
             expected += 1
@@ -1182,17 +1208,21 @@ def _drop(ahead: dict[str, _Ahead]) -> None:
     ahead.clear()
 
 
-def _short_range(manifest: Manifest, first_own: int, item: _Ahead) -> Iterator[list[RawEvent]]:
+def _short_range(loaded: Loaded, item: _Ahead) -> Iterator[list[RawEvent]]:
     """An ancestor's own events ``item.low`` to ``item.high`` from the GETs sent ahead, as
-    ``own_batches`` yields them: a missing event before one that is there is a hole (expiry
-    where it is the first); where none is there from some seq on, the events just end there."""
+    ``own_batches`` yields them: a missing event before one that is there is a hole (where it
+    is the first, expiry or tampering: ``missing_start``); where none is there from some seq
+    on, the events just end there."""
+    manifest = loaded.manifest
     for index, seq in enumerate(range(item.low, item.high + 1)):
         data = item.events[index].result()
         if data is None:
-            if all(later.result() is None for later in item.events[index + 1 :]):
+            rest = enumerate(item.events[index + 1 :], seq + 1)
+            later = next(((after, found) for after, event in rest if (found := event.result()) is not None), None)
+            if later is None:
                 return
-            if seq == first_own:
-                raise SessionExpiredError(manifest.sid, f"its first events are gone (seq {seq} is missing)")
+            if seq == loaded.first_own:
+                raise missing_start(loaded, *later)
             raise IntegrityError(manifest.sid, seq, "event is missing (a hole in the log)")
         yield [decode_raw(manifest, seq, data)]
 
@@ -1266,7 +1296,7 @@ def lineage_batches(
     sealed_before = False
     short = _ahead.pop(manifest.sid, None) if _descendants else None  # sent ahead for this ancestor
     batches = (
-        _short_range(manifest, loaded.first_own, short)
+        _short_range(loaded, short)
         if short is not None and short.events and short.low == max(start, loaded.first_own)
         else own_batches(ctx, loaded, start, end)
     )

@@ -14,7 +14,12 @@ gc is session-granular and fork-aware. For each session prefix it removes:
 * a live session's young segments that a higher-level segment covers
   (``SegmentCoverage``: what a writer that may not delete leaves behind), from
   the listing alone;
-* incomplete multipart uploads under the store's sessions.
+* incomplete multipart uploads under the store's sessions;
+* with ``keep``, the ephemeral sessions under the prefix beyond the newest
+  ``keep`` of those older than ``grace`` (by when the store stored each
+  manifest): deleted (fenced), their objects removed by a run after
+  ``FENCE_HOLD``. A session younger than the grace is neither ranked nor
+  counted.
 
 It never touches an object younger than ``grace``, nor any object of a live
 session except dead fork markers (and, with ``apply_lifecycle``, what the
@@ -128,6 +133,9 @@ class GcReport:
     #: Sessions beyond ``keep`` that this run deleted: fenced now, their objects removed by a
     #: gc run once ``FENCE_HOLD`` has passed.
     sessions_deleted: int = 0
+    #: Ephemeral sessions under ``keep``'s prefix younger than the grace (by when the store stored
+    #: their manifests): kept, and neither ranked nor counted among the ``keep`` newest.
+    kept_by_grace: int = 0
     #: The requests this run sent (each LIST page, GET, batch DELETE, abort, and ``delete``'s).
     requests: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
@@ -755,7 +763,15 @@ class _Run:
         self._add_young(kept)
 
     def _settle(self, live: tuple[datetime, str]) -> None:
+        """Rank a live ephemeral session (its manifest's listed LastModified, its id) for ``keep``,
+        deleting the oldest beyond the count; one younger than the grace is kept, unranked: the
+        grace protects every object younger than it, ``keep`` included."""
         if self.keep is None:
+            return
+        stored_at, _ = live
+        if stored_at > self.cutoff:
+            with self.lock:
+                self.report.kept_by_grace += 1
             return
         heapq.heappush(self.newest, live)
         if len(self.newest) > self.keep:

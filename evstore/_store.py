@@ -219,7 +219,8 @@ class Store:
         return _audit.rekey(self.shared, session_id)
 
     def shred(self, session_id: str, *, include_forks: bool = False) -> ShredResult:
-        """Destroy the session's salt, then its objects: no surviving copy can be opened again."""
+        """Fence the session as ``delete`` does, then destroy its salt and its objects' content: no
+        surviving copy can be opened again, and no append is acknowledged after it (see ``_audit.shred``)."""
         return _audit.shred(self.shared, session_id, include_forks=include_forks)
 
     # ---- retention ------------------------------------------------------------

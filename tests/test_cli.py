@@ -8,12 +8,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
 import pytest
 from click.testing import CliRunner, Result
 from evstore_cli import cli
+
+from evstore._context import FENCE_HOLD
 
 from .conftest import new_bucket
 
@@ -250,7 +253,15 @@ def test_encryption_rotation_rekey_receipts_and_shred_through_the_command(
     client.delete_object(Bucket=bucket, Key="root/sessions/s/00000000000000000001")
     assert "truncated" in one_line_error(run("verify", "s", "--expect", receipt, env=env), 5)
     run("append", "t", "x", env=env)
-    assert "salt destroyed" in run("shred", "t", env=env).output
+    shredded = run("shred", "t", env=env).output
+    assert "salt destroyed" in shredded and "fenced at seq 2" in shredded
+    left = {k: client.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys(bucket, moto_endpoint) if "/t/" in k}
+    assert sorted(k.rsplit("/", 1)[1] for k in left) == ["00000000000000000001", "00000000000000000002", "manifest", "tombstone"]
+    assert b'"salt"' not in left["root/sessions/t/manifest"]  # until gc: the fence in each slot, no content, no salt
+    assert left["root/sessions/t/00000000000000000001"] == left["root/sessions/t/tombstone"]
+    assert "was deleted" in one_line_error(run("append", "t", "more", env=env), 3)
+    later = (datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    run("gc", "--grace", "0", "--now", later)
     assert not [k for k in keys(bucket, moto_endpoint) if "/t/" in k]
 
 

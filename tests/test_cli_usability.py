@@ -330,12 +330,19 @@ def test_list_marks_deleted_sessions_kept_for_forks_in_every_form(run: Run) -> N
     assert "its forks (child) read its events" in line and "until those forks are deleted and gc has removed them" in line
 
 
-def test_gc_keep_says_the_grace_period_does_not_hold_it_back(run: Run) -> None:
+def test_gc_keep_holds_back_sessions_younger_than_the_grace_and_says_so(run: Run) -> None:
     for name in ("auto-1", "auto-2"):
         ok(run("append", name, "x", "--ephemeral"))
-    out = ok(run("gc", "--keep", "0", "--prefix", "auto-", "--dry-run"))
-    assert "would delete 2 sessions beyond --keep 0" in out and "--grace does not apply" in out
-    assert "--grace does not apply" not in ok(run("gc", "--dry-run"))
+    out = ok(run("gc", "--keep", "0", "--prefix", "auto-"))
+    assert "gc: kept 2 sessions younger than --grace 1d, not counted against --keep 0" in out
+    assert "beyond --keep" not in out and ok(run("replay", "auto-1")) and ok(run("replay", "auto-2"))
+    out = ok(run("gc", "--keep", "0", "--prefix", "auto-", "--grace", "0", "--dry-run"))
+    assert "would delete 2 sessions beyond --keep 0 (the newest of those older than --grace 0 are kept)" in out
+    assert "younger than --grace" not in out
+    out = ok(run("gc", "--keep", "0", "--prefix", "auto-", "--grace", "0"))
+    assert "gc: deleted 2 sessions beyond --keep 0" in out
+    assert "was deleted" in run("replay", "auto-1").output
+    assert "beyond --keep" not in ok(run("gc", "--dry-run"))
 
 
 def test_gc_apply_lifecycle_counts_the_sessions_it_removes(run: Run) -> None:

@@ -252,10 +252,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"s3://{new_bucket(endpoint).bucket}/root"
 
 
+@pytest.mark.parametrize("command", ["delete", "shred"])
 @pytest.mark.parametrize("purged", [False, True], ids=["fenced", "fenced-then-removed"])
-def test_a_writer_in_another_process_is_refused_after_the_command_deletes_its_session(url: str, purged: bool) -> None:
-    """Process A opens a writer and appends; the command deletes the session (and, past the hold,
-    gc removes every object); A's next append is refused and nothing of it remains."""
+def test_a_writer_in_another_process_is_refused_after_the_command_deletes_its_session(
+    url: str, purged: bool, command: str
+) -> None:
+    """Process A opens a writer and appends; the command deletes (or shreds) the session (and,
+    past the hold, gc removes every object); A's next append is refused and nothing of it remains."""
     lease = "0" if purged else "60"  # removed objects: only the lease can tell A (0: it reads every time)
 
     def run(*args: str) -> str:
@@ -269,7 +272,7 @@ def test_a_writer_in_another_process_is_refused_after_the_command_deletes_its_se
     assert writer.stdout is not None and writer.stdin is not None
     try:
         assert writer.stdout.readline() == "ready\n"
-        assert "fenced at seq 2" in run("delete", "s")
+        assert "fenced at seq 2" in run(command, "s")
         if purged:
             later = (datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
             run("gc", "--grace", "0", "--now", later)
@@ -282,6 +285,48 @@ def test_a_writer_in_another_process_is_refused_after_the_command_deletes_its_se
     assert run("list") == ("" if purged else "s\n")
     if purged:
         assert run("append", "s", "a new session under the same id") == "1\n"
+
+
+def test_writers_holding_a_session_before_shred_are_told_it_was_deleted_and_nothing_lands(store: Store) -> None:
+    """Shred fences first, as delete does, and empties each event object in place (its slot keeps
+    the fence's bytes): a writer inside its lease, at the head or behind it, meets a 412 and reads
+    the delete, where a removed object would have taken its PUT and acknowledged it, unreadable."""
+    at_head = store.open("s", create=True)
+    behind = store.open("s")
+    for i in range(3):
+        at_head.append(msg(f"secret {i}"))
+    result = store.shred("s")
+    assert (result.fenced_at, result.objects_removed) == (4, 3)
+    before = {key: store.backend.get(key).data for key in (o.key for o in store.backend.list("root/sessions/s/"))}
+    assert not any(b"secret" in data for data in before.values())
+    for writer in (at_head, behind):
+        with pytest.raises(SessionNotFoundError, match="was deleted"):
+            writer.append(msg("acknowledged and lost?"))
+    assert {o.key: store.backend.get(o.key).data for o in store.backend.list("root/sessions/s/")} == before
+    for attempt in (lambda: store.open("s"), lambda: list(store.replay("s")), lambda: store.info("s")):
+        with pytest.raises(SessionNotFoundError, match="was deleted"):
+            attempt()
+
+
+def test_gc_removes_what_shred_left_after_the_hold_and_the_id_is_free_at_once(timed: Store, clock: Clock) -> None:
+    stale = timed.open("s", create=True)
+    stale.append(msg("old"))
+    timed.shred("s")
+    assert timed.gc(grace=timedelta(0)).objects_removed == 0  # the fence holds as delete's does
+    clock.advance(seconds=FENCE_HOLD.total_seconds() + 1)
+    assert timed.gc(grace=timedelta(0)).reasons == {"deleted": 4}  # manifest, emptied event, fence, tombstone
+    assert names(timed) == []
+    timed.create("s").append(msg("new life"))
+    assert contents(timed) == ["new life"]
+    other = timed.open("t", create=True)
+    other.append(msg("x"))
+    timed.shred("t")
+    assert timed.create("t").append(msg("over the shredded id")) == 3  # after its fence, as over a deleted id
+    with pytest.raises(WriteConflictError):  # the fence, its tombstone gone with the create: taken
+        other.append(msg("stale"))
+    with pytest.raises(SessionNotFoundError, match="created again"):
+        other.refresh()
+    assert contents(timed, "t") == ["over the shredded id"]
 
 
 def test_delete_of_a_session_on_every_backend_leaves_it_unreadable_and_unwritable(backend: ObjectStore) -> None:

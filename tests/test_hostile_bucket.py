@@ -24,6 +24,7 @@ from evstore import (
     LocalStore,
     MemoryStore,
     ObjectStore,
+    SessionExpiredError,
     Store,
 )
 from evstore._backends import LifecycleRule
@@ -342,6 +343,80 @@ def test_a_manifest_whose_parent_is_itself_is_an_integrity_error(backend: Object
 
 
 # ---- 7. gc never destroys a live session -------------------------------------------------------
+
+
+def plant_before_any_event(backend: ObjectStore, store: Store, seq: int, data: bytes) -> None:
+    """A session created with no event yet, and the writer role's object at ``seq`` > 1."""
+    store.create("fresh")
+    CreateOnly(backend).create(f"root/sessions/fresh/{seq:020d}", data)
+
+
+def forged_envelope(store: Store, seq: int, *, uid: str | None = None) -> bytes:
+    """A plaintext event of session 'fresh' at ``seq``, chained to nothing (its seq 1 was never there)."""
+    found = read_manifest(store.shared, "fresh")
+    assert found is not None
+    env = Envelope(FORMAT_VERSION, "fresh", uid or found[0].uid, seq, format_ts(store.clock()), "f" * 32, "0" * 64)
+    return encode_json(msgspec.structs.replace(env, body=MessagesBody([msg("planted")])))
+
+
+@pytest.mark.parametrize("seq", [2, 3, 1000])
+def test_a_junk_object_past_the_head_of_an_empty_session_is_tampering_not_expiry(backend: ObjectStore, seq: int) -> None:
+    store = Store(backend, root="root")
+    plant_before_any_event(backend, store, seq, b"junk")
+    reads = [lambda: store.open("fresh"), lambda: store.info("fresh"), lambda: list(store.replay("fresh"))]
+    reads += [lambda: store.verify("fresh"), lambda: store.resume("fresh"), lambda: store.open("fresh").append(msg("x"))]
+    for read in reads:
+        with pytest.raises(IntegrityError, match="seq 1 is missing before it: planted, not expired") as caught:
+            read()
+        assert caught.value.seq == seq
+    # the operator's way out: delete fences past the junk, and the id starts again after the fence
+    assert store.delete("fresh").fenced_at == seq + 1
+    assert store.create("fresh").append(msg("again")) == seq + 2
+    assert [e.messages for e in store.replay("fresh")] == [[msg("again")]]
+
+
+def test_an_event_of_another_incarnation_or_plaintext_in_an_encrypted_session_is_no_remnant(backend: ObjectStore) -> None:
+    plain = Store(backend, root="root")
+    plain.create("fresh")
+    CreateOnly(backend).create("root/sessions/fresh/00000000000000000002", forged_envelope(plain, 2, uid="e" * 32))
+    with pytest.raises(IntegrityError, match=r"another incarnation.*planted, not expired"):
+        plain.open("fresh")
+    keyed = Store(backend, root="keyed", keyring=KEYRING)
+    keyed.create("fresh")
+    CreateOnly(backend).create("keyed/sessions/fresh/00000000000000000002", forged_envelope(keyed, 2))
+    with pytest.raises(IntegrityError, match=r"plaintext event in an encrypted session.*planted, not expired"):
+        keyed.info("fresh")
+
+
+def test_first_events_gone_before_true_events_are_still_expiry(backend: ObjectStore) -> None:
+    """What expiry leaves: the session's own later events. The gap before them stays exit 6."""
+    store = Store(backend, root="root", keyring=KEYRING)
+    writer = store.open("s", create=True)
+    for i in range(4):
+        writer.append(msg(f"m{i}"))
+    backend.delete_many([f"root/sessions/s/{seq:020d}" for seq in (1, 2)])
+    for read in (lambda: store.open("s"), lambda: store.info("s"), lambda: list(store.replay("s"))):
+        with pytest.raises(SessionExpiredError, match=r"seq 1 is missing\)$"):
+            read()
+
+
+def test_a_fork_read_through_its_own_fork_tells_a_planted_start_from_expiry() -> None:
+    """The same rule where a grandchild reads its parent's own events from GETs sent ahead."""
+    backend = MemoryStore()
+    store = Store(backend, root="root")
+    store.open("p", create=True).append(msg("p1"))
+    fork = store.fork("p", "f")
+    fork.append(msg("f2"))
+    fork.append(msg("f3"))
+    store.fork("f", "g").append(msg("g4"))
+    backend.delete_many(["root/sessions/f/00000000000000000002"])  # f's first own event expired
+    with pytest.raises(SessionExpiredError, match="seq 2 is missing"):
+        list(store.replay("g"))
+    third = "root/sessions/f/00000000000000000003"
+    backend.replace(third, b"junk", etag=backend.head(third).etag)  # and what follows it is no event
+    with pytest.raises(IntegrityError, match="seq 2 is missing before it: planted, not expired") as caught:
+        list(store.replay("g"))
+    assert caught.value.seq == 3
 
 
 def test_a_junk_event_in_a_fresh_session_does_not_make_gc_remove_it(backend: ObjectStore) -> None:

@@ -405,3 +405,21 @@ def test_a_junk_salt_makes_rekey_a_clean_integrity_error(bucket: Bucket, junk: b
     result = clean(bucket.run("rekey", "s", env={"EVSTORE_KEY": evstore.generate_key()}))
     line = one_line_error(result, 5)
     assert line == "evstore: integrity failure at session 's': salt object is not 32 bytes of base64"
+
+
+# ---- 7. a junk object in a session with no events ------------------------------------------------------
+
+
+def test_a_junk_event_in_an_empty_session_is_tampering_and_delete_frees_the_id(bucket: Bucket) -> None:
+    """Exit 5 for every command that reaches it, never 6 "expired" (which no gc would ever clear):
+    and the operator's delete fences past it, so the id starts a new session again."""
+    assert bucket.run("create", "empty").exit_code == 0
+    bucket.plant("sessions/empty/00000000000000000002", b"junk")
+    for command in (["append", "empty", "hi"], ["info", "empty"], ["replay", "empty"], ["verify", "empty"]):
+        line = one_line_error(clean(bucket.run(*command)), 5)
+        assert line.startswith("evstore: integrity failure at seq 2 of session 'empty': not a valid event object")
+        assert line.endswith("and seq 1 is missing before it: planted, not expired"), line
+    deleted = clean(bucket.run("delete", "empty"))
+    assert deleted.exit_code == 0 and "fenced at seq 3" in deleted.stdout
+    assert clean(bucket.run("append", "empty", "--new", "a new start")).stdout == "4\n"
+    assert clean(bucket.run("replay", "empty", "--format", "jsonl")).stdout.count("a new start") == 1

@@ -208,7 +208,7 @@ def test_keep_count_keeps_the_newest_ephemeral_sessions_under_a_prefix(timed: St
         clock.advance(minutes=1)
     filled(timed, "autosave-named", n=1)  # permanent: never counted
     filled(timed, "other-0", n=1, retention="ephemeral")
-    report = timed.gc(keep=2, prefix="autosave-")
+    report = timed.gc(keep=2, prefix="autosave-", grace=timedelta(0))
     assert report.sessions_deleted == 3 and report.sessions_removed == 0
     for i in range(3):
         with pytest.raises(SessionNotFoundError, match="was deleted"):
@@ -216,6 +216,29 @@ def test_keep_count_keeps_the_newest_ephemeral_sessions_under_a_prefix(timed: St
     clock.advance(days=2)
     assert timed.gc(keep=2, prefix="autosave-").sessions_removed == 3  # past the fence hold
     assert sorted(timed.list_sessions()) == ["autosave-3", "autosave-4", "autosave-named", "other-0"]
+
+
+def test_keep_ranks_and_deletes_only_sessions_older_than_the_grace(timed: Store, clock: Clock) -> None:
+    """The grace holds for ``keep`` too: a session younger than it is neither deleted nor counted
+    among the newest kept, so a burst of new sessions never pushes out the older ones it keeps."""
+    for i in range(3):
+        filled(timed, f"auto-old-{i}", n=1, retention="ephemeral")
+        clock.advance(minutes=1)
+    clock.advance(hours=2)
+    for i in range(3):
+        filled(timed, f"auto-new-{i}", n=1, retention="ephemeral")
+        clock.advance(minutes=1)
+    report = timed.gc(keep=1, prefix="auto-", grace=timedelta(hours=1))
+    assert (report.sessions_deleted, report.kept_by_grace) == (2, 3)
+    for name in ("auto-old-2", "auto-new-0", "auto-new-1", "auto-new-2"):
+        assert len(list(timed.replay(name))) == 1
+    for name in ("auto-old-0", "auto-old-1"):
+        with pytest.raises(SessionNotFoundError, match="was deleted"):
+            timed.open(name)
+    nothing = timed.gc(keep=0, prefix="auto-new-")  # the default grace, a day: all of them are younger
+    assert (nothing.sessions_deleted, nothing.kept_by_grace) == (0, 3)
+    clock.advance(days=1)
+    assert timed.gc(keep=0, prefix="auto-new-").sessions_deleted == 3  # older than the grace now
 
 
 def test_preview_lists_what_the_rules_will_expire_by_a_date(timed: Store) -> None:
