@@ -1400,6 +1400,60 @@ def _follow_on(prefix: str, page: ListPage) -> str | None:
     return None if after is None else max(prefix + after, page.next_start_after)
 
 
+def _poll(ctx: StoreContext, session_id: str, start: str) -> tuple[list[int], list[str], str | None]:
+    """One poll of the session's names after the key ``start`` (``follow``'s LIST, delimiter "/"):
+    the seqs listed, the session's other names seen past the events (``manifest``, ``tombstone``,
+    ...), and where the next LIST starts when the page ended among the events (None: the events
+    end in this listing). Names planted past the events that fill the page are paged over (a LIST
+    per 1,000 of them) to see ``manifest`` and ``tombstone``."""
+    prefix = ctx.layout.session_prefix(session_id)
+    page = ctx.backend.list_page(prefix, start_after=start, delimiter="/")
+    names = [info.key[len(prefix) :] for info in page.objects]
+    last_entry = max(names[-1] if names else "", page.prefixes[-1][len(prefix) :] if page.prefixes else "")
+    more = None  # the next poll lists from the last event, unless this page ended among the events:
+    if page.truncated and last_entry <= _LAST_SEQ_NAME:
+        more = _follow_on(prefix, page)  # then at once from past it, and past any junk it ended in
+    others = [name for name in names if name > _LAST_SEQ_NAME]
+    rest = page
+    while more is None and rest.truncated:  # the events end here, and planted names fill the page after them
+        rest = ctx.backend.list_page(prefix, start_after=rest.next_start_after, delimiter="/")
+        others += [name for info in rest.objects if (name := info.key[len(prefix) :]) in ("manifest", "tombstone")]
+    return [seq for seq in map(parse_seq, names) if seq is not None], others, more
+
+
+def events_after(ctx: StoreContext, manifest: Manifest, after: int, after_hash: str) -> list[Event]:
+    """The session's own events after seq ``after``, whose event's hash is ``after_hash`` (a
+    writer's head and head hash), each opened and chained to the one before it, the first to
+    ``after_hash``: what a handle that knows its head reads to catch up.
+
+    One LIST (``follow``'s poll, delimiter "/": constant in size whatever the session's length)
+    when no event follows; then a GET per new event, ``concurrency`` at a time, and a LIST per
+    1,000 of them. ``SessionNotFoundError`` when the listing shows the session deleted (its
+    tombstone, or no manifest), or a new incarnation's fence follows; ``IntegrityError`` for a
+    hole or a broken chain."""
+    session_id = manifest.sid
+    layout = ctx.layout
+    pool = ctx.executor()
+    events: list[Event] = []
+    last, prev_hash = after, after_hash
+    start: str | None = layout.event_key(session_id, after)  # seq 0 is never an event
+    while start is not None:
+        seqs, others, start = _poll(ctx, session_id, start)
+        if "tombstone" in others or (start is None and "manifest" not in others):
+            raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
+        for seq, data in zip(seqs, pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs), strict=True):
+            if seq != last + 1 or data is None:
+                raise IntegrityError(session_id, last + 1, "event is missing (a hole in the log)")
+            raw = decode_at(ctx, manifest, seq, data)
+            if raw.envelope.prev != prev_hash and not same_event(ctx, manifest, raw.envelope.prev, prev_hash):
+                raise IntegrityError(
+                    session_id, seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+                )
+            events.append(to_event(ctx, manifest, raw))
+            last, prev_hash = seq, raw.hash
+    return events
+
+
 def follow(
     ctx: StoreContext,
     session_id: str,
@@ -1430,26 +1484,14 @@ def follow(
         raise InvalidInputError(f"follow a fork from its fork seq {loaded.first_own - 1} on (replay reads the earlier events)")
     manifest = loaded.manifest
     layout = ctx.layout
-    prefix = layout.session_prefix(session_id)
     last = after
     prev_hash = after_hash
     pool = ctx.executor()
     start: str | None = layout.event_key(session_id, last)  # seq 0 is never an event
     while not should_stop():
-        page = ctx.backend.list_page(prefix, start_after=start or layout.event_key(session_id, last), delimiter="/")
-        names = [info.key[len(prefix) :] for info in page.objects]
-        last_entry = max(names[-1] if names else "", page.prefixes[-1][len(prefix) :] if page.prefixes else "")
-        start = None  # the next poll lists from the last event, unless this page ended among the events:
-        if page.truncated and last_entry <= _LAST_SEQ_NAME:
-            start = _follow_on(prefix, page)  # then at once from past it, and past any junk it ended in
-        others = [name for name in names if name > _LAST_SEQ_NAME]
-        rest = page
-        while start is None and rest.truncated:  # the events end here, and planted names fill the page after them
-            rest = ctx.backend.list_page(prefix, start_after=rest.next_start_after, delimiter="/")
-            others += [name for info in rest.objects if (name := info.key[len(prefix) :]) in ("manifest", "tombstone")]
+        seqs, others, start = _poll(ctx, session_id, start or layout.event_key(session_id, last))
         if "tombstone" in others:
             raise SessionNotFoundError(session_id, "was deleted", deleted=True)  # before reading what may be its fence
-        seqs = [seq for seq in map(parse_seq, names) if seq is not None]
         fetched = pool.map(lambda seq: get_event_bytes(ctx, session_id, seq), seqs)
         for seq, data in zip(seqs, fetched, strict=True):
             if seq != last + 1 or data is None:
