@@ -395,3 +395,18 @@ def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_pat
 
     items = run(EvstoreSession("chat", Store(LocalStore(tmp_path / "store")), create=False).get_items())
     assert _turn_prompts(items) == ["a1", "b1", "b2", "a2", "b3", "a3"]
+
+
+def test_a_handle_on_an_encrypted_fork_catches_up() -> None:
+    from evstore import Keyring
+
+    store = Store(MemoryStore(), root="root", keyring=Keyring({"k1": os.urandom(32)}, "k1"))
+    run(EvstoreSession("p", store).add_items(ITEMS[:2]))
+    store.fork("p", "f")
+    mine, other = EvstoreSession("f", store, create=False), EvstoreSession("f", store, create=False)
+    assert run(mine.get_items()) == ITEMS[:2]
+    run(other.add_items(ITEMS[2:4]))
+    run(EvstoreSession("p", store).add_items(ITEMS[4:5]))  # the parent's own: not the fork's
+    assert run(mine.get_items()) == ITEMS[:4]
+    run(mine.add_items(ITEMS[5:6]))
+    assert run(EvstoreSession("f", store).get_items()) == [*ITEMS[:4], ITEMS[5]]
