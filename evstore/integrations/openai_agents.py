@@ -40,7 +40,8 @@ whatever the session's length; a GET per new event and a refresh of the head
 when they did), and what this session adds is folded in without being read
 back. A Runner turn with one tool call (one ``get_items``, three ``add_items``)
 costs 4 requests at any length, 6 when automatic compaction packs a segment
-and retires the ones it covers in it.
+and retires the ones it covers in it (and 2 more once a minute, when the
+writer renews its lease: ``evstore._write``).
 
 Writes are conditional on that head, so a second process appending to the
 same session meanwhile makes the next write fail with ``WriteConflictError``

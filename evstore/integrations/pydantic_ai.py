@@ -25,7 +25,8 @@ only what other processes appended since (one LIST when they appended
 nothing, whatever the session's length; a GET per new event and a refresh of
 the head when they did), and what ``save`` writes is folded in without being
 read back. A run (``load``, then ``save``) costs 2 requests at any length, 4
-when automatic compaction packs a segment and retires the ones it covers.
+when automatic compaction packs a segment and retires the ones it covers (and
+2 more once a minute, when the writer renews its lease: ``evstore._write``).
 
 Writes are conditional: ``save`` appends at the head this object last loaded
 or saved at, so a history another process extended meanwhile raises
