@@ -343,6 +343,16 @@ def test_a_deleted_session_is_not_found_by_a_handle_that_read_it(store: Store) -
     store.delete("s")
     with pytest.raises(SessionNotFoundError):
         run(session.get_items())
+    with pytest.raises(SessionNotFoundError):
+        run(session.add_items(ITEMS[:1]))  # not written into the old log's head
+    recreating = EvstoreSession("t", store)
+    run(recreating.add_items(ITEMS[:1]))
+    store.delete("t")
+    with pytest.raises(SessionNotFoundError):
+        run(recreating.get_items())
+    assert run(recreating.get_items()) == []  # create: a new session under the id
+    run(recreating.add_items(ITEMS[1:2]))
+    assert run(EvstoreSession("t", store).get_items()) == ITEMS[1:2]
 
 
 @pytest.mark.parametrize("length", [10, 300])

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._async import AsyncStore, Outcome
 from .._codec import ROLES, Message, Retention
+from .._errors import SessionNotFoundError
 from .._store import Store
 from ._common import EVSTORE_FIELDS, SessionLog
 
@@ -230,10 +231,15 @@ class EvstoreSession:
         return self._log
 
     def _current(self) -> SessionLog:
-        """The log at the session's current head: what other processes appended is folded in."""
+        """The log at the session's current head: what other processes appended is folded in. A
+        deleted session is forgotten (and raised): the next call opens the id afresh (``create``)."""
         if self._log is None:
             return self._open()
-        self._log.catch_up()
+        try:
+            self._log.catch_up()
+        except SessionNotFoundError:
+            self._log = None
+            raise
         return self._log
 
     def _items(self) -> list[dict[str, Any]]:
