@@ -636,6 +636,16 @@ def resume(
     retention: Retention = "permanent",
     repair: Repair = "error",
 ) -> tuple[Session, list[Message]]:
+    """A writer at the session's head and its context view (``resume_folded``'s folder, repaired)."""
+    if repair not in ("error", "drop", "none"):
+        raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")
+    session, folder = resume_folded(ctx, session_id, create_missing=create_missing, retention=retention)
+    return session, folder.messages(repair)
+
+
+def resume_folded(
+    ctx: StoreContext, session_id: str, *, create_missing: bool = False, retention: Retention = "permanent"
+) -> tuple[Session, ContextFolder]:
     """A writer at the session's head and its context view, from one pass over what it read.
 
     What a serverless agent does on every invocation, in 3 dependent round trips before its
@@ -645,10 +655,9 @@ def resume(
     16 segments, or for more than one LIST page of non-event objects before the newest young
     segments (see ``_read.own_batches`` and ``_read.read_meta``).
     The writer's head is the last event read (no head GET), and it holds the bytes it read
-    for automatic compaction.
+    for automatic compaction. The folder holds exactly the events up to the writer's head, so a
+    caller that keeps both can fold what follows the head into it (``Session.catch_up``).
     """
-    if repair not in ("error", "drop", "none"):
-        raise InvalidInputError(f"repair must be error, drop or none, not {repair!r:.40}")
     validate_session_id(session_id)
     try:
         loaded = _read.load(ctx, session_id)
@@ -656,7 +665,7 @@ def resume(
         if not create_missing:
             raise
         try:
-            return create(ctx, session_id, retention=retention), []
+            return create(ctx, session_id, retention=retention), ContextFolder()
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
     head, head_hash, seal_kid = head_state(ctx, loaded, 0)
@@ -678,4 +687,4 @@ def resume(
         session._know(seq, key)
     for seq, data in recent:
         session._remember(seq, data)
-    return session, folder.messages(repair)
+    return session, folder

@@ -85,3 +85,15 @@ def test_an_event_planted_after_the_head_is_refused() -> None:
     with pytest.raises(IntegrityError):
         writer.catch_up()
     assert writer.head == 3
+
+
+def test_a_fork_reads_its_own_events_after_the_fork_seq() -> None:
+    store = Store(MemoryStore())
+    parent = store.create("p")
+    parent.append(msg("one"))
+    fork = store.fork("p", "f")
+    parent.append(msg("parent only"))
+    store.open("f").append(msg("fork two"))
+    caught = fork.catch_up()
+    assert [(e.session_id, e.seq, e.messages[0]["content"]) for e in caught] == [("f", 2, "fork two")]
+    assert fork.append(msg("fork three")) == 3

@@ -275,3 +275,148 @@ def test_cancelling_add_items_waits_for_the_write_then_reports_it() -> None:
         assert await session.get_items() == ITEMS[:2]
 
     run(main())
+
+
+# ---- a handle that keeps its head: reads only what is new, recovers from a conflict ----------
+
+
+def _turn_prompts(items: list[dict[str, Any]]) -> list[str]:
+    """The prompts of the stored turns, checking that each turn is whole and in one piece: the
+    scripted model's turn is a user prompt, a function call, its output and the final message."""
+    kinds = [item.get("type", "message") for item in items]
+    assert len(items) % 4 == 0, kinds
+    prompts = []
+    for start in range(0, len(items), 4):
+        prompt, call, output, final = items[start : start + 4]
+        assert prompt["role"] == "user" and call["type"] == "function_call" and final["role"] == "assistant", kinds
+        assert output == {"type": "function_call_output", "call_id": call["call_id"], "output": output["output"]}
+        prompts.append(prompt["content"])
+    return prompts
+
+
+def test_a_handle_continues_after_another_session_appended(store: Store) -> None:
+    """The stuck writer of issue 29: once another writer appended, every add_items failed, even
+    after get_items re-read. Now get_items moves the handle to the current head."""
+    first, second = EvstoreSession("s", store), EvstoreSession("s", store)
+    run(first.add_items(ITEMS[:1]))
+    run(second.get_items())
+    run(first.add_items(ITEMS[1:2]))
+    with pytest.raises(WriteConflictError):
+        run(second.add_items(ITEMS[2:3]))  # raised once: nothing of it is stored
+    with pytest.raises(WriteConflictError):
+        run(second.add_items(ITEMS[2:3]))  # still made from the old history: not written either
+    assert run(second.get_items()) == ITEMS[:2]  # re-read: what the first added is there
+    run(second.add_items(ITEMS[2:3]))
+    run(first.get_items())
+    run(first.add_items(ITEMS[3:4]))
+    assert run(EvstoreSession("s", store).get_items()) == ITEMS[:4]
+    assert run(second.get_items()) == run(first.get_items()) == ITEMS[:4]
+
+
+def test_pop_and_clear_act_on_the_current_history(store: Store) -> None:
+    first, second = EvstoreSession("s", store), EvstoreSession("s", store)
+    run(first.add_items(ITEMS[:2]))
+    run(second.get_items())
+    run(first.add_items(ITEMS[2:3]))
+    assert run(second.pop_item()) == ITEMS[2]  # the newest item is the one the other session added
+    assert run(first.get_items()) == ITEMS[:2]
+    run(first.clear_session())
+    assert run(second.get_items()) == []
+
+
+def test_get_items_reads_what_another_process_retracted(store: Store) -> None:
+    session = EvstoreSession("s", store)
+    run(session.add_items(ITEMS[:3]))
+    assert run(session.get_items()) == ITEMS[:3]
+    writer = store.open("s")
+    writer.rewind(1, keep=1)  # another tool withdraws the last two items of event 1
+    writer.append({"role": "user", "content": "from elsewhere"})
+    assert run(session.get_items()) == [*ITEMS[:1], {"role": "user", "content": "from elsewhere"}]
+    run(session.add_items(ITEMS[3:4]))
+    assert run(EvstoreSession("s", store).get_items()) == [*ITEMS[:1], {"role": "user", "content": "from elsewhere"}, ITEMS[3]]
+
+
+def test_a_deleted_session_is_not_found_by_a_handle_that_read_it(store: Store) -> None:
+    session = EvstoreSession("s", store, create=False)
+    store.create("s").append({"role": "user", "content": "hi"})
+    assert len(run(session.get_items())) == 1
+    store.delete("s")
+    with pytest.raises(SessionNotFoundError):
+        run(session.get_items())
+    with pytest.raises(SessionNotFoundError):
+        run(session.add_items(ITEMS[:1]))  # not written into the old log's head
+    recreating = EvstoreSession("t", store)
+    run(recreating.add_items(ITEMS[:1]))
+    store.delete("t")
+    with pytest.raises(SessionNotFoundError):
+        run(recreating.get_items())
+    assert run(recreating.get_items()) == []  # create: a new session under the id
+    run(recreating.add_items(ITEMS[1:2]))
+    assert run(EvstoreSession("t", store).get_items()) == ITEMS[1:2]
+
+
+@pytest.mark.parametrize("length", [10, 300])
+def test_requests_per_runner_turn_stay_flat(length: int) -> None:
+    """A Runner turn on a handle that read the session: one LIST (nothing new) and the three
+    add_items PUTs; automatic compaction adds a segment PUT and, at a higher level, a DELETE.
+    Before, each get_items read the whole session again (7-8 requests rising to 36-47)."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.create("s")
+    for i in range(length):
+        writer.append({"role": "user", "content": f"m{i}"})
+    session = EvstoreSession("s", store)
+    run(session.get_items())  # the handle reads the session once
+    totals = []
+    for turn in range(12):  # 36 events: past a boundary of automatic compaction (every 32)
+        counting.reset()
+        result = run(Runner.run(make_agent(ScriptedModel()), f"weather {turn}?", session=session))
+        assert result.final_output.startswith("The tool said")
+        assert counting.counts["GET"] + counting.counts["LIST"] == 1, dict(counting.counts)  # the read: one LIST
+        totals.append(counting.total)
+    assert max(totals) <= 6, totals
+    assert len(run(EvstoreSession("s", store).get_items())) == length + 12 * 4
+
+
+def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
+    """Two worker processes, each with one long-lived EvstoreSession, take turns on one session.
+    A's turn reads, then B writes a whole turn before A adds anything: A's turn raises the
+    conflict once, and A's next turn (its get_items re-reads) continues from B's."""
+    from .scripts.handle_worker import Worker
+
+    a = Worker("openai", tmp_path / "store", "chat", "A")
+    b = Worker("openai", tmp_path / "store", "chat", "B")
+    try:
+        assert a.send(op="turn", prompt="a1")["ok"]
+        assert b.send(op="turn", prompt="b1")["ok"]
+        assert a.send(op="turn", prompt="a2", pause=True) == {"paused": True}  # A has read the session
+        assert b.send(op="turn", prompt="b2")["ok"]  # and B writes a whole turn meanwhile
+        lost = a.send(op="go")
+        assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
+        again = a.send(op="turn", prompt="a2")  # the same handle, run again
+        assert again["ok"], again
+        assert _turn_prompts(again["model_input"][:-1]) == ["a1", "b1", "b2"]  # it saw B's turn
+        assert b.send(op="turn", prompt="b3")["ok"]
+        assert a.send(op="turn", prompt="a3")["ok"]
+    finally:
+        a.close()
+        b.close()
+    from evstore import LocalStore
+
+    items = run(EvstoreSession("chat", Store(LocalStore(tmp_path / "store")), create=False).get_items())
+    assert _turn_prompts(items) == ["a1", "b1", "b2", "a2", "b3", "a3"]
+
+
+def test_a_handle_on_an_encrypted_fork_catches_up() -> None:
+    from evstore import Keyring
+
+    store = Store(MemoryStore(), root="root", keyring=Keyring({"k1": os.urandom(32)}, "k1"))
+    run(EvstoreSession("p", store).add_items(ITEMS[:2]))
+    store.fork("p", "f")
+    mine, other = EvstoreSession("f", store, create=False), EvstoreSession("f", store, create=False)
+    assert run(mine.get_items()) == ITEMS[:2]
+    run(other.add_items(ITEMS[2:4]))
+    run(EvstoreSession("p", store).add_items(ITEMS[4:5]))  # the parent's own: not the fork's
+    assert run(mine.get_items()) == ITEMS[:4]
+    run(mine.add_items(ITEMS[5:6]))
+    assert run(EvstoreSession("f", store).get_items()) == [*ITEMS[:4], ITEMS[5]]

@@ -183,3 +183,48 @@ def test_the_async_forms_load_and_save(store: Store) -> None:
         return await EvstoreHistory(store, "chat").aload()
 
     assert prompts(asyncio.run(go())) == ["async hello", "answer 1"]
+
+
+@pytest.mark.parametrize("length", [10, 300])
+def test_requests_per_run_stay_flat(length: int) -> None:
+    """A run (load, the agent, save) on a history that loaded before: one LIST for what is new
+    (nothing) and the save's PUT, a segment PUT and a DELETE at most where automatic compaction
+    packs one. Before, each load read the whole session again (open's refresh and a full replay)."""
+    from .helpers import CountingStore
+
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    writer = store.create("chat")
+    for i in range(length):
+        writer.append({"role": "user", "content": f"m{i}"})
+    agent = Agent(FunctionModel(Echo()))
+    history = EvstoreHistory(store, "chat")
+    history.load()  # the first load reads the session once
+    totals = []
+    for turn in range(40):  # past a boundary of automatic compaction (every 32 events)
+        counting.reset()
+        history.save(agent.run_sync(f"turn {turn}", message_history=history.load()).new_messages())
+        assert counting.counts["GET"] + counting.counts["LIST"] == 1, dict(counting.counts)  # the load: one LIST
+        totals.append(counting.total)
+    assert max(totals) <= 4 and totals.count(2) >= 36, totals
+    assert len(EvstoreHistory(store, "chat").load()) == length + 40 * 2
+
+
+def test_a_history_reads_only_what_another_writer_appended() -> None:
+    from .helpers import CountingStore
+
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    agent = Agent(FunctionModel(Echo()))
+    one, two = EvstoreHistory(store, "chat"), EvstoreHistory(store, "chat")
+    for turn in range(20):
+        one.save(agent.run_sync(f"one {turn}", message_history=one.load()).new_messages())
+    two.load()
+    one.save(agent.run_sync("one more", message_history=one.load()).new_messages())
+    counting.reset()
+    assert prompts(two.load())[-2:] == ["one more", "answer 21"]
+    gets = [key for kind, key in counting.keys if kind == "GET" and "/sessions/chat/0" in key]
+    # the new event only: its GET, and the refresh's GET of the head (the same event)
+    assert gets == ["root/sessions/chat/00000000000000000021"] * len(gets) and len(gets) <= 2
+    two.save(agent.run_sync("two", message_history=two.load()).new_messages())
+    assert prompts(EvstoreHistory(store, "chat").load())[-4:] == ["one more", "answer 21", "two", "answer 22"]

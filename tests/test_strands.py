@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -289,3 +290,92 @@ def test_deleting_a_missing_session_raises_strands_session_exception() -> None:
     assert repository.read_session("chat") is None
     with pytest.raises(SessionException):
         repository.delete_session("chat")  # deleted already
+
+
+# ---- a long-lived agent recovers from a conflict ------------------------------------------------
+
+
+def _turn_texts(messages: list[Any]) -> list[str]:
+    """The prompts of the stored turns, checking that each turn is whole and in one piece: the
+    scripted model's turn is the prompt, the tool use, its result and the answer."""
+    assert len(messages) % 4 == 0, texts(messages)
+    prompts = []
+    for start in range(0, len(messages), 4):
+        prompt, use, result, answer = messages[start : start + 4]
+        assert [m["role"] for m in (prompt, use, result, answer)] == ["user", "assistant", "user", "assistant"]
+        assert "toolUse" in use["content"][0] and "toolResult" in result["content"][0]
+        assert result["content"][0]["toolResult"]["toolUseId"] == use["content"][0]["toolUse"]["toolUseId"]
+        prompts.append(prompt["content"][0]["text"])
+    return prompts
+
+
+def test_a_long_lived_agent_raises_a_conflict_once_then_continues() -> None:
+    """The stuck writer of issue 29: after another worker wrote, every turn of a long-lived agent
+    failed while its messages grew unsaved. Now the turn that lost raises once, and the agent's
+    next invocation restores it from the session as it is and continues."""
+    store = Store(MemoryStore())
+    first = make_agent(store, "chat", ScriptedModel("A"))
+    first("a1")
+    second = make_agent(store, "chat", ScriptedModel("B"))
+    second("b1")
+    with pytest.raises(WriteConflictError):
+        first("a2")  # its view ends at a1
+    assert len(first.messages) == 5  # Strands keeps the unsaved prompt until the next invocation
+    model = first.model
+    assert isinstance(model, ScriptedModel)
+    calls = len(model.seen)
+    first("a2")  # restored first: b1 is in its history, the failed prompt is not
+    assert texts(model.seen[calls])[-2:] == ["BThe tool said: sunny in CityB1", "a2"]
+    assert _turn_texts(first.messages) == ["a1", "b1", "a2"]
+    with pytest.raises(WriteConflictError):
+        second("b2")
+    second("b2")
+    assert _turn_texts(make_agent(store, "chat").messages) == ["a1", "b1", "a2", "b2"]
+
+
+def test_after_a_conflict_the_repository_reads_what_the_other_wrote_before_it_writes() -> None:
+    store = Store(MemoryStore())
+    mine, other = EvstoreSessionRepository(store), EvstoreSessionRepository(store)
+    mine.create_session(Session("s", SessionType.AGENT))
+    mine.create_agent("s", SessionAgent("main", {}, {}))
+    other.create_agent("s", SessionAgent("helper", {}, {}))  # another process, another agent
+    message = SessionMessage({"role": "user", "content": [{"text": "hi"}]}, 0)
+    with pytest.raises(WriteConflictError):
+        mine.create_message("s", "main", message)
+    mine.create_message("s", "main", message)  # re-read first: the helper's record does not clash
+    assert [m.message["content"][0]["text"] for m in other.list_messages("s", "main")] == ["hi"]
+    assert other.read_agent("s", "helper") is not None
+
+
+def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
+    """Two worker processes, each with one long-lived Agent on one session (same agent id). The
+    one whose view is behind raises the conflict once; its next turn restores it from the
+    session and continues after the other's turn."""
+    from .scripts.handle_worker import Worker
+
+    a = Worker("strands", tmp_path / "store", "chat", "A")
+    try:
+        assert a.answer() == {"ready": True, "messages": 0}
+        assert a.send(op="turn", prompt="a1")["ok"]
+        b = Worker("strands", tmp_path / "store", "chat", "B")
+        try:
+            assert b.answer() == {"ready": True, "messages": 4}  # B restored A's turn
+            assert b.send(op="turn", prompt="b1")["ok"]
+            lost = a.send(op="turn", prompt="a2")
+            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
+            again = a.send(op="turn", prompt="a2")  # the same agent, called again
+            assert again["ok"], again
+            assert _turn_texts(again["model_input"][:-1]) == ["a1", "b1"]  # it saw B's turn
+            lost = b.send(op="turn", prompt="b2")
+            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
+            assert b.send(op="turn", prompt="b2")["ok"]
+            assert a.send(op="turn", prompt="a3")["ok"] is False  # behind again: once
+            assert a.send(op="turn", prompt="a3")["ok"]
+        finally:
+            b.close()
+    finally:
+        a.close()
+    from evstore import LocalStore
+
+    restored = make_agent(Store(LocalStore(tmp_path / "store")), "chat")
+    assert _turn_texts(restored.messages) == ["a1", "b1", "a2", "b2", "a3"]

@@ -17,8 +17,9 @@ Mapping (one evstore session per SDK session):
 * ``get_items(limit)``: the context view (``repair="none"``): the latest
   ``limit`` items (else ``session_settings.limit``, else all), in order; a
   negative limit means all, as in the SDK's ``SQLiteSession``.
-* ``pop_item()``: a retraction of the newest item (``Session.pop``); returns it.
-* ``clear_session()``: a retraction of everything (``Session.clear``).
+* ``pop_item()``: a retraction of the newest item of the session's current
+  history (what other processes appended included); returns it.
+* ``clear_session()``: a retraction of everything (as ``Session.clear``).
 
 Items are opaque JSON dicts. An item that already is a plain evstore message
 (``type`` absent or ``"message"``, role ``user|assistant|system|tool``, text or
@@ -33,9 +34,23 @@ that were added. Messages other tools appended (``evstore append``, an import)
 are translated: chat-completions tool calls become ``function_call`` items,
 tool messages ``function_call_output`` items, evstore fields are dropped.
 
-Writes are conditional: a writer appends at the head it knows, so a second
-process appending to the same session meanwhile makes the next write fail
-with ``WriteConflictError`` instead of interleaving turns silently. Blocking
+The session keeps the history it read and its head: ``get_items`` reads only
+what other processes appended since (one LIST when they appended nothing,
+whatever the session's length; a GET per new event when they did:
+``Session.catch_up``), and what this session adds is folded in without being read
+back. A Runner turn with one tool call (one ``get_items``, three ``add_items``)
+costs 4 requests at any length, 6 when automatic compaction packs a segment
+and retires the ones it covers in it (and 2 more once a minute, when the
+writer renews its lease: ``evstore._write``).
+
+Writes are conditional on that head, so a second process appending to the
+same session meanwhile makes the next write fail with ``WriteConflictError``
+instead of interleaving turns silently. To go on after one: call ``get_items``
+(``Runner.run`` does, first), which reads what the other process added and
+moves this session to the current head, then run the turn again (the write
+that raised stored nothing). Until then every write raises the conflict again
+(the items it would add were made from the history before the other
+process's). Blocking
 store calls run in the thread pool of an ``evstore.AsyncStore`` (pass one to
 share its pool; a ``Store`` gets a one-thread pool of its own), one at a time
 per ``EvstoreSession``. Cancelling ``add_items``, ``pop_item`` or
@@ -56,7 +71,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._async import AsyncStore, Outcome
 from .._codec import ROLES, Message, Retention
-from .._store import Session, Store
+from .._errors import SessionNotFoundError
+from .._store import Store
+from ._common import EVSTORE_FIELDS, SessionLog
 
 if TYPE_CHECKING:  # typing only: importing the SDK costs seconds
     from agents.memory import SessionSettings
@@ -66,7 +83,6 @@ __all__ = ["EvstoreSession", "item_to_message", "message_to_items"]
 T = TypeVar("T")
 #: The meta key of a wrapped item.
 ITEM_KEY = "openai_item"
-_EVSTORE_FIELDS = ("meta", "tool_calls", "tool_call_id", "name")
 _CALL_TYPES = frozenset({"function_call"})
 
 
@@ -75,7 +91,7 @@ def _is_plain_message(item: dict[str, Any]) -> bool:
         item.get("type", "message") == "message"
         and item.get("role") in ROLES
         and isinstance(item.get("content"), str | list)
-        and not any(field in item for field in _EVSTORE_FIELDS)
+        and not any(field in item for field in EVSTORE_FIELDS)
     )
 
 
@@ -109,7 +125,7 @@ def message_to_items(message: Message) -> list[dict[str, Any]]:
     meta = message.get("meta")
     if isinstance(meta, dict) and isinstance(meta.get(ITEM_KEY), dict):
         return [meta[ITEM_KEY]]
-    if not any(field in message for field in _EVSTORE_FIELDS):
+    if not any(field in message for field in EVSTORE_FIELDS):
         return [message]
     # written by another tool: translate chat-completions fields into Responses items
     role = message.get("role")
@@ -179,8 +195,9 @@ class EvstoreSession:
         self.retention: Retention = retention
         #: How the last write (add_items, pop_item, clear_session) settled, cancelled or not.
         self.last_outcome: Outcome[Any] | None = None
-        self._writer: Session | None = None
-        self._lock = threading.Lock()  # a writer is not thread-safe: one store call at a time
+        #: The session as this object last read or wrote it (None until the first call).
+        self._log: SessionLog | None = None
+        self._lock = threading.Lock()  # a log is not thread-safe: one store call at a time
 
     def __repr__(self) -> str:
         return f"EvstoreSession({self.session_id!r}, {self.store!r})"
@@ -207,18 +224,26 @@ class EvstoreSession:
         self.last_outcome = Outcome(value, None)
         return value
 
-    def _open(self) -> Session:
-        if self._writer is None:
-            self._writer = self.store.open(self.session_id, create=self.create, retention=self.retention)
-        return self._writer
+    def _open(self) -> SessionLog:
+        """The log; the first call reads the session in one pass (``Store.resume``'s)."""
+        if self._log is None:
+            self._log = SessionLog.resume(self.store, self.session_id, create=self.create, retention=self.retention)
+        return self._log
+
+    def _current(self) -> SessionLog:
+        """The log at the session's current head: what other processes appended is folded in. A
+        deleted session is forgotten (and raised): the next call opens the id afresh (``create``)."""
+        if self._log is None:
+            return self._open()
+        try:
+            self._log.catch_up()
+        except SessionNotFoundError:
+            self._log = None
+            raise
+        return self._log
 
     def _items(self) -> list[dict[str, Any]]:
-        if self._writer is None:  # the first call of a turn: writer and history from one pass (Store.resume)
-            self._writer, messages = self.store.resume(
-                self.session_id, create=self.create, retention=self.retention, repair="none"
-            )
-        else:
-            messages = self.store.context(self.session_id, repair="none")
+        messages = self._current().folder.messages("none")
         return [item for message in messages for item in message_to_items(message)]
 
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
@@ -250,7 +275,13 @@ class EvstoreSession:
         """
 
         def pop() -> Message | None:
-            return self._open().pop()
+            log = self._current()  # the newest item is the session's, not what this object last saw
+            live = log.live
+            if not live:
+                return None
+            position, message = live[-1]
+            log.rewind(position)
+            return message
 
         message = await self._write(pop)
         if message is None:
@@ -260,4 +291,4 @@ class EvstoreSession:
 
     async def clear_session(self) -> None:
         """Withdraw every item (one retraction event; the audit view keeps them)."""
-        await self._write(lambda: self._open().clear())
+        await self._write(lambda: self._current().clear())

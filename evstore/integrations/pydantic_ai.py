@@ -20,15 +20,26 @@ adapter, from the context view, so evstore's retractions apply (``evstore
 rewind``, ``Session.pop``). Plain messages other tools appended (``evstore
 append``) are read as user prompts, model text and system prompts.
 
+The object keeps the history it loaded and its head: a later ``load`` reads
+only what other processes appended since (one LIST when they appended
+nothing, whatever the session's length; a GET per new event when they did:
+``Session.catch_up``), and what ``save`` writes is folded in without being
+read back. A run (``load``, then ``save``) costs 2 requests at any length, 4
+when automatic compaction packs a segment and retires the ones it covers (and
+2 more once a minute, when the writer renews its lease: ``evstore._write``).
+
 Writes are conditional: ``save`` appends at the head this object last loaded
 or saved at, so a history another process extended meanwhile raises
-``WriteConflictError`` instead of interleaving runs; ``load`` again and rerun.
+``WriteConflictError`` instead of interleaving runs, and stores nothing. To go
+on: ``load`` again (it reads what the other process added and moves to the
+current head) and rerun; until then every ``save`` raises the conflict again.
 The async forms (``aload``, ``asave``) run in an ``AsyncStore``'s bounded pool
 and are cancel-safe (a cancelled save settles before ``CancelledError``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +56,7 @@ from pydantic_ai.messages import (
 )
 
 from .. import AsyncStore, IntegrityError, InvalidInputError, Message, Retention, SessionNotFoundError, Store
-from .. import Session as Writer
+from ._common import SessionLog
 
 __all__ = ["META_KEY", "EvstoreHistory", "from_messages", "to_messages"]
 
@@ -134,30 +145,35 @@ class EvstoreHistory:
         self.session_id = session_id
         self.create = create
         self.retention: Retention = retention
-        self._writer: Writer | None = None
+        #: The session as this object last loaded or saved it (None until the first call).
+        self._log: SessionLog | None = None
+        self._lock = threading.Lock()  # a log is not thread-safe: one store call at a time
         #: The head this object last loaded or saved at: ``save`` appends there (None: not loaded yet).
         self.head: int | None = None
 
     def __repr__(self) -> str:
         return f"EvstoreHistory({self.store!r}, {self.session_id!r}, head={self.head})"
 
-    def _open(self) -> Writer:
-        if self._writer is None:
-            self._writer = self.store.open(self.session_id, create=self.create, retention=self.retention)
-        else:
-            self._writer.refresh()
-        return self._writer
+    def _current(self) -> SessionLog:
+        """The log at the session's current head: read in one pass the first time (``Store.resume``'s),
+        then only what other processes appended since. A deleted session is forgotten (and raised)."""
+        try:
+            if self._log is None:
+                self._log = SessionLog.resume(self.store, self.session_id, create=self.create, retention=self.retention)
+            else:
+                self._log.catch_up()
+        except SessionNotFoundError:
+            self._log = None
+            self.head = None
+            raise
+        return self._log
 
     def load(self) -> list[ModelMessage]:
         """The whole history, in order (empty for a new session)."""
-        try:
-            writer = self._open()
-        except SessionNotFoundError:
-            self._writer = None
-            raise
-        head = writer.head
-        messages = self.store.context(self.session_id, repair="none")
-        self.head = head
+        with self._lock:
+            log = self._current()
+            self.head = log.writer.head
+            messages = log.folder.messages("none")
         return from_messages(messages, self.session_id)
 
     def save(self, messages: Sequence[ModelMessage]) -> int | None:
@@ -169,9 +185,10 @@ class EvstoreHistory:
         if not messages:
             return None
         stored = to_messages(messages)
-        writer = self._writer if self._writer is not None and self.head is not None else self._open()
-        seq = writer.append(stored, expected_head=self.head)
-        self.head = seq
+        with self._lock:
+            log = self._log if self._log is not None and self.head is not None else self._current()
+            seq = log.append(stored)  # at log.writer.head, which is self.head once loaded
+            self.head = seq
         return seq
 
     async def aload(self) -> list[ModelMessage]:

@@ -31,7 +31,18 @@ branch. Every write is conditional on the head this repository last saw:
 another process writing the same session meanwhile makes the write fail with
 ``WriteConflictError`` rather than interleave. ``create_message`` also
 requires ``message_id`` to be the agent's message count (Strands numbers
-messages from its own memory, so a mismatch means a stale agent).
+messages from its own memory, so a mismatch means a stale agent). A write
+reads nothing (one PUT); reads fold in only what other writers appended since
+this repository last read (one LIST when nothing). After a conflict, the
+repository's next call reads what the other process appended and continues
+from the current head. ``session_manager`` returns an ``EvstoreSessionManager``,
+which raises the conflict out of the agent call once and, at the agent's next
+invocation, restores the agent from the session as it is now (the other
+process's messages included, the failed call's unsaved ones dropped) before it
+continues: a long-lived agent goes on; to retry the failed prompt, call the
+agent with it again. A plain ``RepositorySessionManager`` over this
+repository cannot: its agent keeps the unsaved messages and their ids, so
+create a new agent with a new session manager there.
 With a keyring the store seals every record and message (AES-256-GCM).
 
 ``update_message`` (guardrail redaction) is a rewind to the message's position
@@ -50,25 +61,27 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from strands.hooks import BeforeInvocationEvent, HookRegistry
 from strands.session import RepositorySessionManager, SessionRepository
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage
 
-from .._codec import ROLES, Message, MessagesBody, Retention, RewindBody
+from .._codec import ROLES, Message, Retention
 from .._errors import SessionExistsError, SessionNotFoundError, WriteConflictError
-from .._store import Session as Writer
 from .._store import Store
-from .._views import ContextFolder, Position
+from .._views import Position
+from ._common import EVSTORE_FIELDS, SessionLog
 
 if TYPE_CHECKING:
     from strands.multiagent.base import MultiAgentBase
+    from strands.types.agent import LocalAgent
+    from strands.types.content import Message as StrandsMessage
 
-__all__ = ["EvstoreSessionRepository", "session_manager"]
-
-_EVSTORE_FIELDS = ("meta", "tool_calls", "tool_call_id", "name")
+__all__ = ["EvstoreSessionManager", "EvstoreSessionRepository", "session_manager"]
 
 
 def _strands_meta(message: Message) -> dict[str, Any] | None:
@@ -99,7 +112,7 @@ def _message(agent_id: str, session_message: SessionMessage) -> Message:
         isinstance(message, dict)
         and message.get("role") in ROLES
         and isinstance(message.get("content"), list | str)
-        and not any(key in message for key in _EVSTORE_FIELDS)
+        and not any(key in message for key in EVSTORE_FIELDS)
     ):
         return {**message, "meta": {"strands": entry}}
     entry["message"] = message
@@ -120,20 +133,6 @@ def _session_message(stored: Message) -> SessionMessage:
     )
 
 
-@dataclass
-class _Log:
-    """One evstore session as this repository last saw it: its writer and its folded live messages.
-
-    Invariant: ``folder`` holds exactly the events up to ``writer.head``.
-    """
-
-    writer: Writer
-    folder: ContextFolder = field(default_factory=ContextFolder)
-
-    def live(self) -> list[tuple[Position, Message]]:
-        return self.folder.live
-
-
 class EvstoreSessionRepository(SessionRepository):
     """Strands ``SessionRepository`` over an evstore ``Store`` (see the module docstring).
 
@@ -145,7 +144,10 @@ class EvstoreSessionRepository(SessionRepository):
         self.store = store
         self.prefix = prefix
         self.retention: Retention = retention
-        self._logs: dict[str, _Log] = {}
+        self._logs: dict[str, SessionLog] = {}
+        #: Sessions whose last write raised ``WriteConflictError``: the next call reads what the
+        #: other writer appended before it writes (a write never reads otherwise).
+        self._stale: set[str] = set()
         self._lock = threading.RLock()
 
     def evstore_id(self, session_id: str) -> str:
@@ -154,49 +156,52 @@ class EvstoreSessionRepository(SessionRepository):
 
     # ---- the log ------------------------------------------------------------
 
-    def _fold(self, log: _Log, start: int) -> None:
-        end = log.writer.head
-        if start > end:
-            return
-        for event in self.store.replay(log.writer.id, start=start, end=end):
-            log.folder.add(event.seq, event.body)
-
-    def _log(self, session_id: str) -> _Log | None:
-        """The session's log brought up to date (events other writers appended are folded in);
-        None when the session does not exist."""
+    def _log(self, session_id: str) -> SessionLog | None:
+        """The session's log brought up to date (events other writers appended are folded in: one
+        LIST when there are none); None when the session does not exist."""
         sid = self.evstore_id(session_id)
         log = self._logs.get(sid)
         if log is None:
             try:
-                writer = self.store.open(sid)
+                log = SessionLog.resume(self.store, sid)
             except SessionNotFoundError:
                 return None
-            log = _Log(writer)
-            self._fold(log, 1)
             self._logs[sid] = log
-            return log
-        seen = log.writer.head
-        try:
-            log.writer.refresh()
-        except SessionNotFoundError:
-            del self._logs[sid]
-            return None
-        self._fold(log, seen + 1)
+        else:
+            try:
+                log.catch_up()
+            except SessionNotFoundError:
+                del self._logs[sid]
+                return None
+        self._stale.discard(sid)
         return log
 
-    def _existing(self, session_id: str) -> _Log:
-        log = self._logs.get(self.evstore_id(session_id)) or self._log(session_id)
+    def _existing(self, session_id: str) -> SessionLog:
+        """The session's log for a write: as this repository last saw it (no request), unless its
+        last write conflicted; then brought up to date first."""
+        sid = self.evstore_id(session_id)
+        log = self._logs.get(sid) if sid not in self._stale else None
+        log = log or self._log(session_id)
         if log is None:
             raise SessionException(f"session {session_id!r} does not exist")
         return log
 
-    def _append(self, log: _Log, messages: list[Message], idempotency_key: str | None = None) -> None:
-        """One conditional event at the head this repository knows, folded in locally."""
-        seq = log.writer.append(messages, expected_head=log.writer.head, idempotency_key=idempotency_key)
-        log.folder.add(seq, MessagesBody(messages))
+    @contextmanager
+    def _writing(self, log: SessionLog) -> Iterator[None]:
+        """A write's conflict marks the log stale (and is raised): the next call re-reads."""
+        try:
+            yield
+        except WriteConflictError:
+            self._stale.add(log.writer.id)
+            raise
 
-    def _latest(self, log: _Log, kind: str, record_id: str | None) -> tuple[Position, dict[str, Any]] | None:
-        for position, message in reversed(log.live()):
+    def _append(self, log: SessionLog, messages: list[Message], idempotency_key: str | None = None) -> None:
+        """One conditional event at the head this repository knows, folded in locally."""
+        with self._writing(log):
+            log.append(messages, idempotency_key)
+
+    def _latest(self, log: SessionLog, kind: str, record_id: str | None) -> tuple[Position, dict[str, Any]] | None:
+        for position, message in reversed(log.live):
             entry = _strands_meta(message)
             if entry is not None and entry.get("kind") == kind and entry.get("id") == record_id:
                 record = entry.get("record")
@@ -204,9 +209,9 @@ class EvstoreSessionRepository(SessionRepository):
                     return position, record
         return None
 
-    def _messages(self, log: _Log, agent_id: str) -> list[tuple[Position, Message]]:
+    def _messages(self, log: SessionLog, agent_id: str) -> list[tuple[Position, Message]]:
         out = []
-        for position, message in log.live():
+        for position, message in log.live:
             entry = _strands_meta(message)
             if entry is not None and entry.get("kind") == "message" and entry.get("agent") == agent_id:
                 out.append((position, message))
@@ -222,8 +227,9 @@ class EvstoreSessionRepository(SessionRepository):
                 writer = self.store.create(self.evstore_id(session.session_id), retention=self.retention)
             except SessionExistsError as exists:
                 raise SessionException(f"session {session.session_id!r} already exists") from exists
-            log = _Log(writer)
+            log = SessionLog(self.store, writer)
             self._logs[writer.id] = log
+            self._stale.discard(writer.id)
             self._append(log, [_record("session", session.to_dict())])
             return session
 
@@ -241,6 +247,7 @@ class EvstoreSessionRepository(SessionRepository):
         (as Strands' own repositories) when it does not exist."""
         with self._lock:
             self._logs.pop(self.evstore_id(session_id), None)
+            self._stale.discard(self.evstore_id(session_id))
             try:
                 self.store.delete(self.evstore_id(session_id))
             except SessionNotFoundError as missing:
@@ -283,6 +290,7 @@ class EvstoreSessionRepository(SessionRepository):
             if landed is not None and _strands_meta(landed) == _strands_meta(message):
                 return  # a retry of a create that landed: the same message under the same id
             if session_message.message_id != count:
+                self._stale.add(log.writer.id)  # the agent is stale: so may be this log
                 raise WriteConflictError(
                     log.writer.id,
                     log.writer.head + 1,
@@ -308,7 +316,7 @@ class EvstoreSessionRepository(SessionRepository):
         version) and every live entry after it. ``created_at`` stays the original's."""
         with self._lock:
             log = self._existing(session_id)
-            live = log.live()
+            live = log.live
             index = next(
                 (
                     i
@@ -326,9 +334,8 @@ class EvstoreSessionRepository(SessionRepository):
             replacement = _message(agent_id, session_message)
             replacement["meta"]["strands"]["created_at"] = (_strands_meta(old) or {}).get("created_at")
             after = [message for _, message in live[index + 1 :]]
-            writer = log.writer
-            rewind_seq = writer.rewind(position.seq, keep=position.index, expected_head=writer.head)
-            log.folder.add(rewind_seq, RewindBody(position.seq, position.index))
+            with self._writing(log):
+                log.rewind(position)
             self._append(log, [replacement, *after])
 
     def list_messages(
@@ -365,9 +372,65 @@ class EvstoreSessionRepository(SessionRepository):
             self._append(log, [_record("multi_agent", multi_agent.serialize_state(), multi_agent.id)])
 
 
+class EvstoreSessionManager(RepositorySessionManager):
+    """Strands' ``RepositorySessionManager`` that recovers an agent whose write lost a race.
+
+    Contract: when a write of an agent (a message, its record) raises ``WriteConflictError``
+    (another process wrote the session since this one read it), the error propagates out of that
+    agent call, once; the agent is then stale (its ``messages`` hold what was not stored). At
+    the agent's next invocation, before its prompt is added, the agent is restored from the
+    session as it is now, exactly as a new session manager would restore it (its messages,
+    state and conversation manager; the other process's writes included, the unsaved messages
+    of the failed call dropped), and the invocation continues from the current head. To run the
+    failed prompt again, call the agent with it again.
+    """
+
+    def __init__(self, session_id: str, session_repository: SessionRepository, **kwargs: Any) -> None:
+        super().__init__(session_id, session_repository, **kwargs)
+        self._stale_agents: set[str] = set()
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(BeforeInvocationEvent, lambda event: self._restore_if_stale(event.agent))
+
+    @contextmanager
+    def _marking(self, agent: LocalAgent) -> Iterator[None]:
+        try:
+            yield
+        except WriteConflictError:
+            self._stale_agents.add(agent.agent_id)
+            raise
+
+    def append_message(self, message: StrandsMessage, agent: LocalAgent, **kwargs: Any) -> None:
+        with self._marking(agent):
+            super().append_message(message, agent, **kwargs)
+
+    def redact_latest_message(self, redact_message: StrandsMessage, agent: LocalAgent, **kwargs: Any) -> None:
+        with self._marking(agent):
+            super().redact_latest_message(redact_message, agent, **kwargs)
+
+    def sync_agent(self, agent: LocalAgent, **kwargs: Any) -> None:
+        with self._marking(agent):
+            super().sync_agent(agent, **kwargs)
+
+    def _restore_if_stale(self, agent: LocalAgent) -> None:
+        """Restore a stale agent as ``initialize`` restores one in a new session manager: what
+        this manager tracks of the agent is dropped first (``initialize`` refuses an agent id it
+        tracks, and the tracked message ids are those of the unsaved messages)."""
+        if agent.agent_id not in self._stale_agents:
+            return
+        self._latest_agent_message.pop(agent.agent_id, None)
+        self._last_synced_internal_state.pop(agent.agent_id, None)
+        self._held_records.pop(agent.agent_id, None)
+        self._is_new_session = False
+        self.initialize(agent)
+        self._stale_agents.discard(agent.agent_id)
+
+
 def session_manager(
     session_id: str, store: Store, *, prefix: str = "", retention: Retention = "permanent", **kwargs: Any
-) -> RepositorySessionManager:
-    """A Strands ``RepositorySessionManager`` for ``session_id`` over an ``EvstoreSessionRepository``."""
+) -> EvstoreSessionManager:
+    """An ``EvstoreSessionManager`` (Strands' ``RepositorySessionManager``, recovering from a
+    conflict) for ``session_id`` over an ``EvstoreSessionRepository``."""
     repository = EvstoreSessionRepository(store, prefix=prefix, retention=retention)
-    return RepositorySessionManager(session_id=session_id, session_repository=repository, **kwargs)
+    return EvstoreSessionManager(session_id=session_id, session_repository=repository, **kwargs)

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import evstore
+
 HERE = Path(__file__).resolve().parent
 DOWNLOAD_TIMEOUT = 300  # seconds: pip may also fetch the sdist's build backend to read its metadata
 RUN_TIMEOUT = 600
@@ -105,7 +107,10 @@ def run_suite(tree: Path, plugin: str, paths: list[str]) -> SuiteRun:
     """pytest over ``paths`` of the extracted tree, in a subprocess, with ``plugin`` loaded."""
     missing = [path for path in paths if not (tree / path).exists()]
     assert not missing, f"the sdist no longer has {missing}: update the list of session test files"
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # the plugin, and the evstore under test: this checkout's (a worktree's too), not whichever
+    # one the venv has installed (the tree's own ``tests`` package still comes first: the cwd)
+    under_test = Path(evstore.__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(under_test)])}
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
         env.pop(name, None)
     completed = subprocess.run(

@@ -1,8 +1,9 @@
 """pytest plugin (loaded with ``-p`` into Strands Agents' own session tests): Strands' session
 repositories become evstore's ``EvstoreSessionRepository``.
 
-* ``FileSessionManager(session_id, storage_dir)`` is replaced by a ``RepositorySessionManager``
-  that is its own repository, an ``EvstoreSessionRepository`` over ``LocalStore(storage_dir)``;
+* ``FileSessionManager(session_id, storage_dir)`` is replaced by an ``EvstoreSessionManager``
+  (the ``RepositorySessionManager`` that ``session_manager`` returns) that is its own
+  repository, an ``EvstoreSessionRepository`` over ``LocalStore(storage_dir)``;
 * ``S3SessionManager(session_id, bucket, prefix, ..., region_name, endpoint_url)`` likewise over
   ``S3Store(bucket)`` (the test's moto) with the store root ``prefix``;
 * the tests' ``MockedSessionRepository`` (an in-memory repository) by an
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from evstore import LocalStore, MemoryStore, Store
-from evstore.integrations.strands import EvstoreSessionRepository
+from evstore.integrations.strands import EvstoreSessionManager, EvstoreSessionRepository
 
 created: list[str] = []  # kinds of the substituted repositories made: the summary line proves the substitution
 
@@ -32,11 +33,9 @@ class EvstoreFileSessionManager(EvstoreSessionRepository):
     """``FileSessionManager``'s constructor: a session manager that is its own evstore repository."""
 
     def __init__(self, session_id: str, storage_dir: str | None = None, **kwargs: Any) -> None:
-        from strands.session import RepositorySessionManager
-
         self.storage_dir = storage_dir or str(Path.home() / ".strands" / "sessions")
         EvstoreSessionRepository.__init__(self, Store(LocalStore(Path(self.storage_dir))))
-        RepositorySessionManager.__init__(self, session_id=session_id, session_repository=self, **kwargs)  # type: ignore[arg-type]
+        EvstoreSessionManager.__init__(self, session_id=session_id, session_repository=self, **kwargs)  # type: ignore[arg-type]
         created.append("file")
 
 
@@ -55,7 +54,6 @@ class EvstoreS3SessionManager(EvstoreSessionRepository):
         **kwargs: Any,
     ) -> None:
         import boto3
-        from strands.session import RepositorySessionManager
 
         from evstore._backends._s3 import S3Store
 
@@ -63,7 +61,7 @@ class EvstoreS3SessionManager(EvstoreSessionRepository):
         client = session.client("s3", region_name=region_name, endpoint_url=endpoint_url, config=boto_client_config)
         self.bucket = bucket
         EvstoreSessionRepository.__init__(self, Store(S3Store(bucket, client=client), root=prefix))
-        RepositorySessionManager.__init__(self, session_id=session_id, session_repository=self, **kwargs)  # type: ignore[arg-type]
+        EvstoreSessionManager.__init__(self, session_id=session_id, session_repository=self, **kwargs)  # type: ignore[arg-type]
         created.append("s3")
 
 
@@ -76,10 +74,8 @@ class EvstoreMockedSessionRepository(EvstoreSessionRepository):
 
 
 def _manager_class(name: str, base: type) -> type:
-    from strands.session import RepositorySessionManager
-
-    # a RepositorySessionManager whose repository methods are evstore's (first in the MRO)
-    return type(name, (base, RepositorySessionManager), {})
+    # an EvstoreSessionManager (a RepositorySessionManager) whose repository methods are evstore's (first in the MRO)
+    return type(name, (base, EvstoreSessionManager), {})
 
 
 def pytest_configure(config: pytest.Config) -> None:
