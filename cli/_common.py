@@ -6,7 +6,7 @@ the error line), so no stored string (a session id, a manifest field, a key name
 can clear the screen, move the cursor or reorder what the eye reads.
 
 Import order in ``cli/``: ``_common`` imports no other module of the package; ``_output``,
-``_network``, ``_doctor`` and ``_proofs`` import it; ``_ecosystem`` imports ``_common`` and ``_output``;
+``_network``, ``_doctor``, ``_fleet`` and ``_proofs`` import it; ``_ecosystem`` imports ``_common`` and ``_output``;
 ``_main`` imports them all. There is no circle.
 """
 

@@ -29,6 +29,7 @@ from evstore._context import FENCE_HOLD
 from ._common import CommandError, Context, Progress, counted, exit_code_for, json_safe, pass_context, say, say_json
 from ._doctor import register as register_doctor
 from ._ecosystem import check_output_path, register
+from ._fleet import verify_all
 from ._network import network_options, open_options
 from ._output import event_lines, info_json, render_text, write_json, write_jsonl
 from ._proofs import register as register_proofs
@@ -495,17 +496,45 @@ def rewind(state: Context, session: str, to_seq: int) -> None:
 
 
 @cli.command()
-@session_argument
+@click.argument("session", required=False)
 @click.option("--expect", metavar="SEQ:HASH", help="Fail (exit 5) unless the session still extends this receipt.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--receipt", "receipt_only", is_flag=True, help="Print only the receipt, SEQ:HASH (for --expect later).")
+@click.option("--all", "every", is_flag=True, help="Verify every session of the store (not SESSION), a line each.")
+@click.option("--prefix", default="", help="With --all: only sessions whose id starts with this.")
+@click.option("--since", help="With --all: only sessions written to at or after this date (YYYY-MM-DD or RFC 3339).")
+@click.option("--resume-from", default="", metavar="ID", help="With --all: start after this session id.")
 @pass_context
-def verify(state: Context, session: str, expect: str | None, as_json: bool, receipt_only: bool) -> None:
+def verify(
+    state: Context,
+    session: str | None,
+    expect: str | None,
+    as_json: bool,
+    receipt_only: bool,
+    every: bool,
+    prefix: str,
+    since: str | None,
+    resume_from: str,
+) -> None:
     """Check SESSION's chain, contiguity and (with a key) every tag; print its receipt.
 
     The last line of the text output is always ``receipt: SEQ:HASH``; --receipt
-    prints exactly ``SEQ:HASH`` and nothing else.
+    prints exactly ``SEQ:HASH`` and nothing else. With --all, every session is checked, a few
+    at a time, one line each in id order, then a summary: exit 5 if any is tampered with,
+    else 1 if any could not be read.
     """
+    if every:
+        if session or expect or receipt_only:
+            raise click.UsageError("--all checks every session: give no SESSION, --expect or --receipt")
+        from evstore._retention import parse_time
+
+        moment = parse_time(since) if since else None
+        verify_all(state, prefix=prefix, since=moment, resume_from=resume_from, as_json=as_json)
+        return
+    if session is None:
+        raise click.UsageError("give SESSION, or --all")
+    if prefix or since or resume_from:
+        raise click.UsageError("--prefix, --since and --resume-from go with --all")
     if as_json and receipt_only:
         raise click.UsageError("--json and --receipt exclude each other")
     expected = Receipt.parse(expect) if expect else None

@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import _audit, _forks, _proofs, _read, _retention, _write
+from . import _audit, _fleet, _forks, _proofs, _read, _retention, _write
 from ._audit import Audit, RekeyResult, ShredResult, VerifyResult
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
 from ._context import DEFAULT_AUTO_COMPACT, DEFAULT_WRITER_LEASE, StoreContext, utc_now
 from ._crypto import Keyring
+from ._fleet import SessionVerdict
 from ._forks import DeleteResult
 from ._ids import Layout
 from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
@@ -208,6 +209,11 @@ class Store:
     def prove_consistency(self, session_id: str, old_size: int, *, size: int | None = None) -> ConsistencyProof:
         """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s)."""
         return _proofs.prove_consistency(self.shared, session_id, old_size, size)
+
+    def verify_all(self, *, prefix: str = "", since: datetime | None = None, start_after: str = "") -> Iterator[SessionVerdict]:
+        """``verify`` of every session (``prefix``; ``since``: only those written to since), a few
+        at a time, in id order: a ``SessionVerdict`` each (ok, tampered, expired, deleted, unreadable)."""
+        return _fleet.verify_all(self.shared, prefix=prefix, since=since, start_after=start_after)
 
     def audit(self, session_id: str) -> Audit:
         """``verify``, and when it fails at a seq, the verified part before it (``Audit.verified``)

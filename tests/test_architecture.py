@@ -95,7 +95,7 @@ def test_no_part_below_the_facade_imports_the_store() -> None:
 
 def test_the_store_facade_is_short() -> None:
     """Each method one delegation to the module of its concern: about 9 lines a method."""
-    assert len((ROOT / "evstore" / "_store.py").read_text().splitlines()) <= 265
+    assert len((ROOT / "evstore" / "_store.py").read_text().splitlines()) <= 275
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
