@@ -22,6 +22,7 @@ from evstore_cli import cli
 
 import evstore
 from evstore._backends._s3 import S3Store
+from evstore._context import FENCE_HOLD
 
 from .conftest import unavailable
 
@@ -232,5 +233,12 @@ def test_shred_destroys_the_session_and_replay_then_exits_3(run: Run, bucket: S3
     ok(run("append", "other", "kept", env=key))
     ok(run("shred", "secret", env=key))
     assert run("replay", "secret", env=key).exit_code == 3
+    # until gc, each event's slot holds the fence (so a stale writer's append is refused, never
+    # acknowledged and lost), beside the manifest without its salt and the tombstone
+    left = {k.rsplit("/", 1)[1]: bucket.get(k).data for k in keys_under(bucket, "root/sessions/secret/")}
+    assert sorted(left) == ["00000000000000000001", "00000000000000000002", "manifest", "tombstone"]
+    assert left["00000000000000000001"] == left["tombstone"] and b'"salt"' not in left["manifest"]
+    later = (datetime.now(UTC) + FENCE_HOLD + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ok(run("gc", "--grace", "0", "--now", later))
     assert keys_under(bucket, "root/sessions/secret/") == []
     assert contents(jsonl(ok(run("replay", "other", "--format", "jsonl", env=key)))) == ["kept"]
