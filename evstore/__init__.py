@@ -6,7 +6,7 @@ Every message is one immutable object at ``sessions/<id>/<seq>``, written with
 
 import typing
 
-from ._backends import LocalStore, MemoryStore, ObjectStore
+from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import Message, Retention
 from ._crypto import Keyring, generate_key
@@ -21,19 +21,25 @@ from ._errors import (
     StoreUnavailableError,
     WriteConflictError,
 )
-from ._proofs import ConsistencyProof, InclusionProof, TreeHead, check_proof
 from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
 from ._url import default_store_url, open_store
 from ._views import Event, Repair
 
 if typing.TYPE_CHECKING:
     from ._async import AsyncSession, AsyncStore, Outcome
+    from ._backends import LocalStore, MemoryStore
+    from ._proofs import ConsistencyProof, InclusionProof, TreeHead, check_proof
 
 __version__ = "0.1.0"
 
-#: Public names loaded on first use: the async API imports asyncio (about half of what
-#: ``import evstore`` would cost otherwise), which a sync caller never needs.
-_LAZY = frozenset({"AsyncSession", "AsyncStore", "Outcome"})
+#: Public names loaded on first use, by the module that holds them: the async API imports asyncio
+#: (about half of what ``import evstore`` would cost otherwise), which a sync caller never needs;
+#: an S3 user never needs the local and memory stores, and most processes never prove.
+_LAZY = {
+    **dict.fromkeys(("AsyncSession", "AsyncStore", "Outcome"), "_async"),
+    **dict.fromkeys(("LocalStore", "MemoryStore"), "_backends"),
+    **dict.fromkeys(("ConsistencyProof", "InclusionProof", "TreeHead", "check_proof"), "_proofs"),
+}
 
 __all__ = [
     "AsyncSession",
@@ -75,9 +81,9 @@ __all__ = [
 def __getattr__(name: str) -> typing.Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import _async
+    import importlib
 
-    value = getattr(_async, name)
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     globals()[name] = value  # later lookups find it without coming here
     return value
 

@@ -34,7 +34,7 @@ import msgspec
 
 from . import _read
 from ._backends import ObjectExists, ObjectInfo, ObjectMissing, PreconditionFailed
-from ._chain import Receipt
+from ._chain import Receipt, VerifyResult
 from ._codec import (
     FORMAT_VERSION,
     MAX_SMALL_OBJECT_BYTES,
@@ -56,17 +56,6 @@ from ._ids import parse_seq
 from ._read import Loaded, Meta, salt_key
 
 _MAX_ROUNDS = 8
-
-
-class VerifyResult(msgspec.Struct, frozen=True):
-    session_id: str
-    receipt: Receipt
-    events: int
-    sealed_checked: int
-    sealed_unchecked: int
-    expected: Receipt | None = None
-    #: The expected receipt names an event a rekey re-sealed: it is extended, as recorded in a rekey record.
-    superseded_by_rekey: bool = False
 
 
 def verify(ctx: StoreContext, session_id: str, *, expect: Receipt | None = None, end: int | None = None) -> VerifyResult:

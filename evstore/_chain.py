@@ -31,3 +31,17 @@ class Receipt(msgspec.Struct, frozen=True):
         if not colon or not seq_text.isdigit() or len(digest) != 64 or not set(digest) <= _HEX:
             raise InvalidInputError(f"invalid receipt {text[:90]!r}: expected SEQ:SHA256HEX")
         return cls(validate_seq(int(seq_text), allow_zero=True), digest)
+
+
+class VerifyResult(msgspec.Struct, frozen=True):
+    """What ``verify`` found: the receipt of the head, the events checked, the sealed ones
+    whose tags a configured key checked and those it could not."""
+
+    session_id: str
+    receipt: Receipt
+    events: int
+    sealed_checked: int
+    sealed_unchecked: int
+    expected: Receipt | None = None
+    #: The expected receipt names an event a rekey re-sealed: it is extended, as recorded in a rekey record.
+    superseded_by_rekey: bool = False

@@ -39,6 +39,8 @@ DEFAULT_AUTO_COMPACT = 32
 #: A writer trusts that its session lives (no tombstone, the same manifest) for this many seconds
 #: after it last read the manifest and listing; past that, it reads them again around its next append.
 DEFAULT_WRITER_LEASE = 60.0
+#: gc never touches an object younger than this unless told otherwise.
+DEFAULT_GRACE = timedelta(days=1)
 MAX_WRITER_LEASE = 300.0
 #: ``delete`` fences the session at once, and gc removes its objects only once its tombstone is this
 #: old: longer than any writer's lease, plus a margin for clock skew and requests in flight. Until

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import _audit, _read
+from . import _read
 from ._context import StoreContext
 from ._errors import EvstoreError, IntegrityError, SessionExpiredError, SessionNotFoundError
 
@@ -48,6 +48,8 @@ class SessionVerdict(msgspec.Struct, frozen=True):
 
 def verdict(ctx: StoreContext, session_id: str) -> SessionVerdict:
     """Verify one session and say how it ended (never raises an ``EvstoreError``)."""
+    from . import _audit  # loaded on first use, as the store loads it
+
     try:
         result = _audit.verify(ctx, session_id)
     except IntegrityError as exc:

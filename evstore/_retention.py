@@ -112,9 +112,6 @@ from ._read import first_own_seq, list_sessions, live_forks, read_manifest
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-#: gc never touches an object younger than this unless told otherwise.
-DEFAULT_GRACE = timedelta(days=1)
-
 #: Called for every object gc removes (or would remove, in a dry run): key, size, reason.
 #: gc calls it from its threads, one call at a time.
 OnRemove = Callable[[str, int, str], None]

@@ -17,24 +17,30 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _audit, _fleet, _forks, _proofs, _read, _retention, _write
-from ._audit import Audit, RekeyResult, ShredResult, VerifyResult
+from . import _forks, _read, _write
 from ._backends import ObjectStore
-from ._chain import Receipt
+from ._chain import Receipt, VerifyResult
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
-from ._context import DEFAULT_AUTO_COMPACT, DEFAULT_WRITER_LEASE, StoreContext, utc_now
+from ._context import DEFAULT_AUTO_COMPACT, DEFAULT_GRACE, DEFAULT_WRITER_LEASE, StoreContext, utc_now
 from ._crypto import Keyring
-from ._fleet import SessionVerdict
 from ._forks import DeleteResult
 from ._ids import Layout
+from ._lazy import LazyModule
 from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
-from ._proofs import ConsistencyProof, InclusionProof, TreeHead
 from ._read import SessionInfo
-from ._retention import DEFAULT_GRACE, ExpiringObject, GcReport, OnRemove
 from ._views import Event, Repair
 from ._write import Session
+
+if TYPE_CHECKING:
+    from . import _audit, _fleet, _proofs, _retention
+    from ._audit import Audit, RekeyResult, ShredResult
+    from ._fleet import SessionVerdict
+    from ._proofs import ConsistencyProof, InclusionProof, TreeHead
+    from ._retention import ExpiringObject, GcReport, OnRemove
+else:  # audit, proofs and gc load on first use: most processes only read and append
+    _audit, _fleet, _proofs, _retention = (LazyModule(f"evstore.{m}") for m in ("_audit", "_fleet", "_proofs", "_retention"))
 
 __all__ = [
     "DeleteResult",

@@ -9,7 +9,7 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._backends import LocalStore, MemoryStore, ObjectStore
+from ._backends import ObjectStore
 from ._backends._retry import NetworkSettings, RetryNote
 from ._crypto import Keyring
 from ._errors import InvalidInputError
@@ -60,6 +60,8 @@ def open_backend(
     if parsed.query or parsed.fragment:
         raise InvalidInputError(f"store URL {shown!r} must not have a query or fragment")
     if scheme == "memory":
+        from ._backends import MemoryStore  # loaded for a memory store only
+
         return MemoryStore(), parsed.path.strip("/")
     if scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
@@ -70,6 +72,8 @@ def open_backend(
             raise InvalidInputError(f"store URL {shown!r}: the path is not UTF-8") from None
         if "\x00" in path:
             raise InvalidInputError(f"store URL {shown!r}: the path has a NUL byte")
+        from ._backends import LocalStore  # loaded for a local store only
+
         return LocalStore(path), ""
     if scheme == "s3":
         bucket = parsed.netloc
