@@ -20,6 +20,7 @@ Requests (N = events, S = segments):
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import heapq
@@ -1001,6 +1002,44 @@ def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | N
     return chain
 
 
+class _Loose(msgspec.Struct, frozen=True):
+    """A loose event fetched by its seq, without a LIST: one of a gap's (``segment_runs``)."""
+
+    seq: int
+
+
+#: A read takes at most this many chains of segments, and reads at most this many loose events
+#: between two of them (a gap: where a writer that held too few events packed no segment, as one
+#: opened partway into a session does until its next boundary); past that, the rest is read loose.
+_RUNS = 16
+_GAP_EVENTS = 64
+
+
+def segment_runs(segments: Iterable[tuple[int, int]], cursor: int, end: int | None) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The chains of segments (``segment_chain``) to read from seq ``cursor`` to ``end``, each
+    with the seq it starts at; the events between the end of one (or ``cursor``) and the start
+    of the next are read loose, by their seqs. Without them a read met a gap in the segments
+    once and read every event after it loose. Pure; at most ``_RUNS`` chains and ``_RUNS`` gaps
+    of up to ``_GAP_EVENTS``, whatever names were planted."""
+    ordered = sorted(segments)
+    firsts = [first for first, _ in ordered]
+    runs: list[tuple[int, list[tuple[int, int]]]] = []
+    reach = cursor
+    for _ in range(2 * _RUNS):
+        if len(runs) == _RUNS or (end is not None and reach > end):
+            break
+        chain = segment_chain(ordered, reach, end)
+        if chain:
+            runs.append((reach, chain))
+            reach = chain[-1][1] + 1
+            continue
+        after = bisect.bisect_right(firsts, reach)
+        if after == len(firsts) or firsts[after] - reach > _GAP_EVENTS or (end is not None and firsts[after] > end):
+            break
+        reach = firsts[after]  # the events before it are a gap
+    return runs
+
+
 def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[list[RawEvent]]:
     """The session's own events in [start, end], in order: a checked segment's events in lists
     of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
@@ -1018,26 +1057,36 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     manifest = loaded.manifest
     sid = manifest.sid
     cursor = max(start, loaded.first_own)
-    chain = segment_chain(loaded.meta.segments, cursor, end)
+    runs = segment_runs(loaded.meta.segments, cursor, end)
+
     def size_of(segment: tuple[int, int]) -> int:
         # what it holds once decompressed, as far as its listed size tells: zstd shrinks prose
         # 3-6x (docs/format.md), and a segment never expands past the limit
         return min(loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES) * _EXPANSION, MAX_SEGMENT_BYTES)
 
-    groups: list[list[tuple[int, int]]] = []
-    group_bytes = 0
-    for link in chain:
-        size = size_of(link)
-        if groups and len(groups[-1]) < _GROUP and group_bytes + size <= _GROUP_BYTES:
-            groups[-1].append(link)
-            group_bytes += size
-        else:
-            groups.append([link])
-            group_bytes = size
-    tail_start = chain[-1][1] + 1 if chain else cursor
+    # the steps, in seq order: a gap's loose events (its first seq, and the seq after it), or a
+    # group of segments that continue each other (never across a gap)
+    steps: list[tuple[int, int] | list[tuple[int, int]]] = []
+    reach = cursor
+    for run_start, chain in runs:
+        if run_start > reach:
+            steps.append((reach, run_start))
+        group_bytes = 0
+        for index, link in enumerate(chain):
+            size = size_of(link)
+            last_step = steps[-1] if steps else None
+            if index and isinstance(last_step, list) and len(last_step) < _GROUP and group_bytes + size <= _GROUP_BYTES:
+                last_step.append(link)
+                group_bytes += size
+            else:
+                steps.append([link])
+                group_bytes = size
+        reach = chain[-1][1] + 1
+    groups = [step for step in steps if isinstance(step, list)]
+    tail_start = reach
     tail: Future[ListPage] | None = None
     early = _EarlyGets()
-    if chain and (end is None or tail_start <= end):
+    if runs and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
     try:
         # each group's segments, then the LIST pages (by the seq they list after) of the loose events
@@ -1051,15 +1100,22 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             pages_of.append(max(needed - listed_pages, 0))
             listed_pages = max(listed_pages, needed)
 
-        def wanted() -> Iterator[tuple[int, int] | int]:
+        pages_by_group = iter(pages_of)
+
+        def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
             page = 0
-            for group, pages in zip(groups, pages_of, strict=True):
-                yield from group
-                for _ in range(pages):
+            for step in steps:
+                if isinstance(step, tuple):
+                    yield from (_Loose(seq) for seq in range(*step))
+                    continue
+                yield from step
+                for _ in range(next(pages_by_group)):
                     yield base + page * _LISTED
                     page += 1
 
-        def fetch(item: tuple[int, int] | int) -> bytes | dict[int, str] | None:
+        def fetch(item: tuple[int, int] | int | _Loose) -> bytes | dict[int, str] | None:
+            if isinstance(item, _Loose):
+                return get_event_bytes(ctx, sid, item.seq)
             if isinstance(item, int):
                 return _listed_md5s(ctx, sid, item)
             return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
@@ -1067,11 +1123,11 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         budget = 2 * _GROUP_BYTES
         least = budget // (2 * ctx.concurrency)
 
-        def weight(item: tuple[int, int] | int) -> int:
-            # a LIST page weighs nothing; a segment its listed size, and at least 1 / (2 x concurrency)
-            # of the budget: so no more than 2 x concurrency (+ 1) segment GETs are in flight however
-            # small the segments are (planted ones: a byte each), the LIST pages besides
-            return 0 if isinstance(item, int) else max(size_of(item), least)
+        def weight(item: tuple[int, int] | int | _Loose) -> int:
+            # a LIST page or a gap's loose event weighs nothing; a segment its listed size, and at
+            # least 1 / (2 x concurrency) of the budget: so no more than 2 x concurrency (+ 1) segment
+            # GETs are in flight however small the segments are (planted ones: a byte each)
+            return max(size_of(item), least) if isinstance(item, tuple) else 0
 
         # a pool's worth of segment GETs in flight and the chain's LIST pages besides, up to
         # 4 x concurrency of them (small: queued on the pool without waiting on the reader), two
@@ -1079,7 +1135,19 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
         fetched = ctx.prefetched(wanted(), fetch, window, primed=early.release, weight=weight, budget=budget)
         covered: dict[int, str] = {}
-        for group, pages in zip(groups, pages_of, strict=True):
+        group_pages = iter(pages_of)
+        for step in steps:
+            if isinstance(step, tuple):  # a gap: its loose events, by their seqs
+                for _ in range(*step):
+                    loose = next(fetched)[1]
+                    if not isinstance(loose, bytes):
+                        break  # not there (a planted name past the head?): listed from the cursor below
+                    yield [decode_raw(manifest, cursor, loose)]
+                    cursor += 1
+                if cursor < step[1]:
+                    break
+                continue
+            group, pages = step, next(group_pages)
             # each segment is checked as it arrives, while the next ones are still on their way
             checked = []
             for first, last in group:

@@ -103,3 +103,35 @@ def test_a_short_range_inside_segments_costs_a_few_requests(start: int, end: int
     assert [e.seq for e in events] == list(range(start, end + 1))
     # the manifest and its listings, then the segments the range lies in (or its 1-3 loose events)
     assert counting.counts["GET"] <= 4 and counting.counts["LIST"] <= 4, dict(counting.counts)
+
+
+# ---- gaps in the segments ---------------------------------------------------------------------------
+
+
+def test_a_writer_opened_partway_leaves_gaps_that_cost_their_loose_events_only() -> None:
+    """A writer opened (``store.open``) partway into a session holds none of the events before it,
+    so it packs no segment until its next boundary: the events before are a gap. A read takes the
+    gap's events loose, by their seqs, and the segments after it; before, the first gap ended the
+    segments and every event after it was read loose (300 GETs for 300 events)."""
+    memory = MemoryStore()
+    store = Store(memory)
+    writer = store.open("s", create=True)
+    for i in range(300):
+        if i in (11, 150):
+            writer = store.open("s")  # a new process: it holds none of the events before
+        writer.append(msg(f"m{i}"))
+    counting = CountingStore(memory)
+    events = list(Store(counting).replay("s"))
+    assert [m["content"] for e in events for m in e.messages] == [f"m{i}" for i in range(300)]
+    # the manifest; gaps 1-32 and 129-160 and the tail 289-300 loose; the 7 young segments
+    assert counting.counts["GET"] <= 1 + 32 + 32 + 12 + 7, dict(counting.counts)
+    assert counting.counts["LIST"] <= 4
+
+
+def test_segment_runs_bounds_what_planted_names_can_cost() -> None:
+    # segments every other 10 seqs: gaps between all of them, at most _RUNS chains taken
+    segments = [(start, start + 4) for start in range(1, 100_000, 10)]
+    runs = _read.segment_runs(segments, 1, None)
+    assert len(runs) == _read._RUNS and all(chain for _, chain in runs)
+    assert _read.segment_runs([(500, 600)], 1, None) == []  # a gap longer than _GAP_EVENTS: loose from the cursor
+    assert _read.segment_runs([(40, 71)], 1, 50) == [(40, [(40, 71)])]
