@@ -1,6 +1,10 @@
 """evstore's framework adapters per agent turn: the benchmark of issue #29, beside each framework's own store.
 
-    python benchmarks/frameworks.py [--quick] [--json FILE]
+    python benchmarks/frameworks.py [--quick] [--only SECTION ...] [--json FILE]
+
+Sections (``--only``): langgraph, adk, strands, openai, pydantic-ai, restart. The
+default run is every section (a few minutes); ``--quick`` measures at 10 and 300
+events only, two turns each (under a minute).
 
 One section per adapter (``evstore.integrations``), each driven through its
 framework's public API with a canned model that answers every prompt with the
@@ -24,12 +28,22 @@ same text (no network, no real model):
 
 A turn is what the framework does per agent turn in a long-lived process: one
 object (saver, service, agent, session, history) makes every turn. The session
-is grown by such turns until it holds at least 10, 300 and 1,500 evstore events
-(one per framework event or record the adapter writes; the native store gets
-the very same turns), and at each length a few turns are measured; then a new
-adapter object over a new ``Store`` of the same bucket (a fresh process) makes
-one turn, measured separately from its construction on, and goes on as the
-long-lived object (the old process is gone).
+is grown until it holds at least 10, 300 and 1,500 evstore events (one per
+framework event or record the adapter writes), the native store alike, and at
+each length a few whole turns are measured; then a fresh process's first turn
+is measured apart, from the construction of its objects on: a new adapter
+object over a new ``Store`` over a copy of the bucket (the native store: a new
+object over a copy of its files), so the long-lived objects go on over a
+session that one process wrote. Section ``restart`` does it all again with
+each fresh process going on over the bucket itself as the long-lived object
+(a process restarted at each length): the segments a restarted writer leaves
+are what later reads find. LangGraph and Strands grow by whole turns. Where the
+framework's own CPU per turn grows with the history in both stores (ADK's
+Runner, the OpenAI Runner, a Pydantic AI run over its history), the growth
+makes a turn's writes through the same objects without its reads, so the run
+stays within minutes: ADK ``append_event`` of the user's and the model's
+event, OpenAI ``add_items`` of the input and of the output, Pydantic AI
+``save`` of a run's new messages (the JSON file written once per stretch).
 
 evstore runs over ``MemoryStore`` through ``benchmarks/_scale_backend.py``'s
 ``Recorder``, so the counts are exact:
@@ -44,7 +58,10 @@ evstore runs over ``MemoryStore`` through ``benchmarks/_scale_backend.py``'s
   (requests sent together overlap). CPU time between requests lengthens a
   chain as it would on S3, so it is an upper bound of the logical rounds;
 * ms per turn is the wall time of the turn with that delay, the framework's
-  own CPU included.
+  own CPU included;
+* beside a fresh process's first turn, the requests of ``store.replay`` of
+  the whole session from a new ``Store`` (no delay): the floor of a framework
+  that loads all of its history in a new process.
 
 The native stores run on local disk (a temporary directory) with no delay
 added: their time is local I/O and the framework's CPU, no network. The same
@@ -82,11 +99,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks._scale_backend import KINDS, Counts, Recorder  # noqa: E402
+from benchmarks._scale_backend import KINDS, Counts, FastMemory, Recorder  # noqa: E402
 from benchmarks.scale import Report, Table  # noqa: E402
 from evstore import MemoryStore, ObjectStore, Store  # noqa: E402
 
-SECTIONS = ["langgraph", "adk", "strands", "openai", "pydantic-ai"]
+ADAPTERS = ["langgraph", "adk", "strands", "openai", "pydantic-ai"]
+SECTIONS = [*ADAPTERS, "restart"]
 SID = "chat-1"
 APP = "bench"
 USER = "user-1"
@@ -569,6 +587,7 @@ class Length:
     native_seconds: list[float] = field(default_factory=list)
     fresh: Turn | None = None
     native_fresh_seconds: float = 0.0
+    replay: dict[str, int] = field(default_factory=dict)  # a whole replay's requests by kind (no delay)
 
 
 def head(memory: MemoryStore, session_id: str) -> int:
@@ -577,9 +596,27 @@ def head(memory: MemoryStore, session_id: str) -> int:
         return store.open(session_id).head
 
 
-def run_framework(cfg: Config, harness: Harness, directory: Path) -> tuple[list[Length], dict[str, Any]]:
-    """Grow one session turn by turn in both stores and measure at every length (see the module)."""
-    memory = MemoryStore()
+def whole_replay(memory: MemoryStore, session_id: str) -> dict[str, int]:
+    """The requests of ``store.replay`` of the whole session from a new ``Store`` (by kind): what a
+    read of all of the history costs, the floor of a framework that loads it all."""
+    recorder = SegmentRecorder(memory)
+    with Store(recorder) as store:
+        for _ in store.replay(session_id):
+            pass
+    counts = recorder.counts()
+    return {kind: counts.kinds[kind] for kind in KINDS}
+
+
+def run_framework(
+    cfg: Config, harness: Harness, directory: Path, *, restart: bool = False
+) -> tuple[list[Length], dict[str, Any]]:
+    """Grow one session in both stores and measure at every length (see the module).
+
+    The fresh process's turn runs over a copy of the bucket (and of the native store's files), so
+    the long-lived objects go on over a session that one process wrote. With ``restart``, it runs
+    over the bucket itself and the fresh objects go on as the long-lived ones (a process restarted
+    at each length, the first time at the first length)."""
+    memory = FastMemory()  # evstore's MemoryStore, whose bucket can be copied
     recorder = SegmentRecorder(memory)
     handle = harness.open(Store(recorder))
     native = harness.open_native(directory)
@@ -600,6 +637,7 @@ def run_framework(cfg: Config, harness: Harness, directory: Path) -> tuple[list[
         harness.grown(handle, native)
         grown += time.perf_counter() - started
         found = Length(head(memory, sid))
+        found.replay = whole_replay(memory, sid)
         recorder.delay = cfg.rtt
         for _ in range(cfg.turns):
             found.turns.append(measure(recorder, lambda at=i, current=handle: harness.turn(current, at)))
@@ -607,22 +645,30 @@ def run_framework(cfg: Config, harness: Harness, directory: Path) -> tuple[list[
             harness.native_turn(native, i)
             found.native_seconds.append(time.perf_counter() - started)
             i += 1
-        # a fresh process: new objects over a new Store of the same bucket, measured from their construction
-        harness.close(handle)
+        # a fresh process: new objects over a new Store, measured from their construction on
+        bucket = recorder if restart else SegmentRecorder(memory.copy(), cfg.rtt)
+        files = directory if restart else Path(shutil.copytree(directory, directory.with_name(directory.name + "-copy")))
+        if restart:
+            harness.close(handle)
+            harness.close(native)
         opened: list[Any] = []
 
-        def first_turn(at: int = i, opened: list[Any] = opened) -> None:
-            opened.append(harness.open(Store(recorder)))
+        def first_turn(at: int = i, bucket: SegmentRecorder = bucket, opened: list[Any] = opened) -> None:
+            opened.append(harness.open(Store(bucket)))
             harness.turn(opened[0], at)
 
-        found.fresh = measure(recorder, first_turn)
-        handle = opened[0]
-        harness.close(native)
+        found.fresh = measure(bucket, first_turn)
         started = time.perf_counter()
-        native = harness.open_native(directory)
-        harness.native_turn(native, i)
+        fresh_native = harness.open_native(files)
+        harness.native_turn(fresh_native, i)
         found.native_fresh_seconds = time.perf_counter() - started
-        i += 1
+        if restart:
+            handle, native = opened[0], fresh_native
+            i += 1
+        else:
+            harness.close(opened[0])
+            harness.close(fresh_native)
+            shutil.rmtree(files, ignore_errors=True)
         lengths.append(found)
     harness.close(handle)
     harness.close(native)
@@ -682,8 +728,8 @@ def tables(cfg: Config, harness: Harness, lengths: list[Length], summary: dict[s
     warm.row(f"ms per turn ({harness.native})", [mean(f.native_seconds) * 1000 for f in lengths])
 
     cold_notes = [
-        "a new adapter object over a new Store of the same bucket, its construction included;",
-        f"{harness.native}: a new one over the same files",
+        "a new adapter object over a new Store over a copy of the bucket, its construction included;",
+        f"{harness.native}: a new one over a copy of its files",
     ]
     cold = Table(f"{harness.title} -- first turn of a fresh process", columns, cold_notes)
     fresh = [f.fresh for f in lengths if f.fresh is not None]
@@ -694,6 +740,8 @@ def tables(cfg: Config, harness: Harness, lengths: list[Length], summary: dict[s
     cold.row("dependent round trips", [t.round_trips for t in fresh])
     cold.row("ms (evstore, 15 ms/req)", [t.seconds * 1000 for t in fresh])
     cold.row(f"ms ({harness.native})", [f.native_fresh_seconds * 1000 for f in lengths])
+    cold.row("reference: store.replay of it all", [sum(f.replay.values()) for f in lengths])
+    cold.row("  by kind P/G/H/L/D", ["/".join(str(f.replay[k]) for k in KINDS) for f in lengths])
     compaction = summary["compaction"]
     cold.notes.append(
         f"the whole run: {summary['turns']:,} turns, {summary['events']:,} events; compaction requests"
@@ -703,9 +751,64 @@ def tables(cfg: Config, harness: Harness, lengths: list[Length], summary: dict[s
     return [warm, cold]
 
 
+def section_adapter(cfg: Config, number: int, name: str, report: Report) -> list[str]:
+    """One adapter's two tables (its long-lived turns, a fresh process's first turn); the names failed."""
+    directory = Path(tempfile.mkdtemp(prefix=f"evstore-frameworks-{name}-"))
+    try:
+        harness = HARNESSES[name]()
+        lengths, summary = run_framework(cfg, harness, directory)
+        for table in tables(cfg, harness, lengths, summary):
+            table.title = f"{number}. {table.title}"
+            report.add(name, table)
+        report.note(name, "summary", summary)
+        report.note(name, "turns", [asdict(found) for found in lengths])
+        return []
+    except Exception:
+        print(f"\n## {number}. {name}: FAILED\n{traceback.format_exc()}", flush=True)
+        return [name]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def section_restart(cfg: Config, number: int, adapters: list[str], report: Report) -> list[str]:
+    """Every adapter again, its process restarted at each length (the first time at the first):
+    the restarted objects' turns, their first turn, and a whole replay, one table."""
+    columns = [f"{n:,}" for n in cfg.lengths]
+    table = Table(
+        f"{number}. after a process restart at each length (the first at {cfg.lengths[0]} events): requests",
+        columns,
+        [
+            "as sections 1-5, but each fresh process goes on over the bucket itself as the long-lived one:",
+            "a long-lived turn past the first length is the restarted process's, over the segments it wrote",
+            f"columns: at least that many events; {cfg.rtt * 1000:.0f} ms per request; compaction requests left out",
+        ],
+    )
+    failed: list[str] = []
+    turns: dict[str, Any] = {}
+    for name in adapters:
+        directory = Path(tempfile.mkdtemp(prefix=f"evstore-frameworks-restart-{name}-"))
+        try:
+            lengths, _ = run_framework(cfg, HARNESSES[name](), directory, restart=True)
+        except Exception:
+            print(f"\n## {number}. restart, {name}: FAILED\n{traceback.format_exc()}", flush=True)
+            failed.append(f"restart:{name}")
+            continue
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        totals = [per_turn(f.turns, lambda t: t.requests) for f in lengths]
+        table.row(f"{name}: long-lived turn", totals, "flat +-1", flat(totals))
+        table.row(f"{name}: first turn of the process", [f.fresh.requests if f.fresh else 0 for f in lengths])
+        table.row(f"{name}: store.replay of it all", [sum(f.replay.values()) for f in lengths])
+        turns[name] = [asdict(found) for found in lengths]
+    if table.rows:
+        report.add("restart", table)
+    report.note("restart", "turns", turns)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 and 300 events, 2 turns each")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 10 and 300 events, 2 turns each (under a minute)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION", help=", ".join(SECTIONS))
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every figure to FILE")
     args = parser.parse_args(argv)
@@ -716,22 +819,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"evstore framework adapters per turn ({'quick' if cfg.quick else 'full'}): {', '.join(chosen)}")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start", flush=True)
     started = time.perf_counter()
+    adapters = [name for name in chosen if name in ADAPTERS] or ADAPTERS  # restart alone: every adapter's
     for number, name in enumerate(chosen, 1):
         began = time.perf_counter()
-        directory = Path(tempfile.mkdtemp(prefix=f"evstore-frameworks-{name}-"))
-        try:
-            harness = HARNESSES[name]()
-            lengths, summary = run_framework(cfg, harness, directory)
-            for table in tables(cfg, harness, lengths, summary):
-                table.title = f"{number}. {table.title}"
-                report.add(name, table)
-            report.note(name, "summary", summary)
-            report.note(name, "turns", [asdict(found) for found in lengths])
-        except Exception:
-            failed.append(name)
-            print(f"\n## {number}. {name}: FAILED\n{traceback.format_exc()}", flush=True)
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
+        if name == "restart":
+            failed += section_restart(cfg, number, adapters, report)
+        else:
+            failed += section_adapter(cfg, number, name, report)
         seconds = time.perf_counter() - began
         report.note(name, "seconds", seconds)
         print(f"   ({name}: {seconds:.1f} s)", flush=True)

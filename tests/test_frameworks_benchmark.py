@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.frameworks import SECTIONS, SegmentRecorder, is_segment, measure
+from benchmarks.frameworks import ADAPTERS, SECTIONS, SegmentRecorder, is_segment, measure
 from evstore import MemoryStore, Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,11 +57,14 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, 
 
 def test_quick_run_prints_a_table_per_adapter(quick_run: tuple[str, dict[str, object]]) -> None:
     stdout, _ = quick_run
-    for number, name in enumerate(SECTIONS, 1):
+    for number, name in enumerate(ADAPTERS, 1):
         assert f"## {number}. {TITLES[name]}" in stdout, (name, stdout[-3000:])
-    assert stdout.count("-- first turn of a fresh process") == len(SECTIONS)
+    assert stdout.count("-- first turn of a fresh process") == len(ADAPTERS)
     assert "FAILED" not in stdout
-    assert stdout.count("requests per turn  ") == len(SECTIONS)
+    assert stdout.count("requests per turn  ") == len(ADAPTERS)
+    assert f"## {len(ADAPTERS) + 1}. after a process restart at each length" in stdout
+    for name in ADAPTERS:
+        assert f"{name}: long-lived turn" in stdout and f"{name}: first turn of the process" in stdout
 
 
 def test_quick_run_writes_every_figure(quick_run: tuple[str, dict[str, object]]) -> None:
@@ -69,7 +72,11 @@ def test_quick_run_writes_every_figure(quick_run: tuple[str, dict[str, object]])
     assert saved["failed"] == []
     sections = saved["sections"]
     assert isinstance(sections, dict) and set(sections) == set(SECTIONS)
-    for name, section in sections.items():
+    restart = sections["restart"]
+    assert len(restart["tables"]) == 1 and len(restart["tables"][0]["rows"]) == 3 * len(ADAPTERS)
+    assert set(restart["turns"]) == set(ADAPTERS)
+    for name in ADAPTERS:
+        section = sections[name]
         tables = section["tables"]
         assert len(tables) == 2, name
         for table in tables:
@@ -81,6 +88,7 @@ def test_quick_run_writes_every_figure(quick_run: tuple[str, dict[str, object]])
         assert [found["events"] >= n for found, n in zip(lengths, (10, 300), strict=True)] == [True, True]
         for found in lengths:
             assert len(found["turns"]) == 2 and len(found["native_seconds"]) == 2
+            assert set(found["replay"]) == set(KINDS) and found["replay"]["GET"] >= 1
             for turn in [*found["turns"], found["fresh"]]:
                 assert set(turn["kinds"]) == set(KINDS) and all(n >= 0 for n in turn["kinds"].values())
                 assert sum(turn["kinds"].values()) >= 1  # every turn writes
