@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -259,7 +260,7 @@ class LangGraph(Harness):
         from evstore.integrations.langgraph import EvstoreSaver, session_id_for
 
         # the functional form: this module's annotations are strings, and these names are local
-        Chat = TypedDict("Chat", {"messages": Annotated[list[AnyMessage], add_messages]})  # type: ignore[misc]  # noqa: UP013
+        Chat = TypedDict("Chat", {"messages": Annotated[list[AnyMessage], add_messages]})  # noqa: UP013
 
         def model(state: Any) -> dict[str, Any]:
             return {"messages": [AIMessage(content=REPLY)]}
@@ -393,7 +394,7 @@ class Strands(Harness):
 
         from evstore.integrations.strands import session_manager
 
-        class CannedModel(Model):  # type: ignore[misc]
+        class CannedModel(Model):
             """Streams REPLY as the assistant's message for every request."""
 
             def update_config(self, **model_config: Any) -> None:
@@ -454,7 +455,7 @@ class OpenAiAgents(Harness):
 
         set_tracing_disabled(True)
 
-        class CannedModel(Model):  # type: ignore[misc]
+        class CannedModel(Model):
             """Answers every request with REPLY as one assistant message."""
 
             def __init__(self) -> None:
@@ -640,7 +641,7 @@ def run_framework(
         found.replay = whole_replay(memory, sid)
         recorder.delay = cfg.rtt
         for _ in range(cfg.turns):
-            found.turns.append(measure(recorder, lambda at=i, current=handle: harness.turn(current, at)))
+            found.turns.append(measure(recorder, functools.partial(harness.turn, handle, i)))
             started = time.perf_counter()
             harness.native_turn(native, i)
             found.native_seconds.append(time.perf_counter() - started)
@@ -690,16 +691,20 @@ def mean(values: Iterable[float]) -> float:
     return statistics.fmean(values)
 
 
+def average(values: list[float] | list[int]) -> float | int:
+    """The mean; an int when it is a whole number."""
+    found = mean(values)
+    return int(found) if found.is_integer() else round(found, 1)
+
+
 def per_turn(turns: list[Turn], value: Callable[[Turn], float]) -> float | int:
-    """The mean over the turns; an int when every turn had the same."""
-    values = [value(t) for t in turns]
-    average = mean(values)
-    return int(average) if average.is_integer() else round(average, 1)
+    """The mean over the turns of ``value``."""
+    return average([value(t) for t in turns])
 
 
 def kinds_cell(turns: list[Turn]) -> str:
     """Requests per turn by kind, ``PUT/GET/HEAD/LIST/DELETE`` (means where the turns differ)."""
-    return "/".join(str(per_turn(turns, lambda t, k=kind: t.kinds[k])) for kind in KINDS)  # type: ignore[misc]
+    return "/".join(str(average([t.kinds[kind] for t in turns])) for kind in KINDS)
 
 
 def flat(values: list[float | int]) -> list[bool | None]:
