@@ -178,6 +178,9 @@ class Loaded(msgspec.Struct, frozen=True):
     manifest: Manifest
     genesis: str  # sha256 of the manifest bytes: the prev of the first own seq (unless a fork's)
     meta: Meta
+    #: The first LIST page of the session's names from seq 1 (``load(first_page=True)``), listed
+    #: with the manifest GET: a read from seq 1 takes its loose tail and its first ETags from it.
+    first_page: ListPage | None = None
 
     @property
     def first_own(self) -> int:
@@ -319,13 +322,42 @@ def load(
     found: tuple[Manifest, str] | None = None,
     upto: int | None = None,
     every: bool = False,
+    first_page: bool = False,
 ) -> Loaded:
     """Manifest and listing of a session (``found``: a manifest the caller already read; ``upto``,
-    the last seq the caller reads, and ``every``: see ``read_meta``)."""
+    the last seq the caller reads, and ``every``: see ``read_meta``; ``first_page``: the LIST of
+    its first 1,000 names too, sent with them, for a read from seq 1: ``Loaded.first_page``)."""
     validate_session_id(session_id)
+    page = ctx.executor().submit(_list_first, ctx, session_id) if first_page and not found else None
     listings = [] if found else _send_listings(ctx, session_id, upto, every)  # with the manifest GET
-    found = found or read_manifest(ctx, session_id)
-    return _loaded(ctx, session_id, found, listings or _send_listings(ctx, session_id, upto, every), deleted_ok)
+    try:
+        found = found or read_manifest(ctx, session_id)
+        loaded = _loaded(ctx, session_id, found, listings or _send_listings(ctx, session_id, upto, every), deleted_ok)
+    except BaseException:
+        if page is not None and not page.cancel():
+            page.exception()  # settled: no request of this call runs on after it
+        raise
+    return loaded if page is None else msgspec.structs.replace(loaded, first_page=page.result())
+
+
+def _list_first(ctx: StoreContext, session_id: str) -> ListPage:
+    """The session's first ``_LISTED`` names: its first events (and, for a short session, all of
+    its names): what ``_listed_md5s`` lists after seq 0. One LIST."""
+    prefix = ctx.layout.session_prefix(session_id)
+    return ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, 0), max_keys=_LISTED)
+
+
+def _tail_of(ctx: StoreContext, session_id: str, page: ListPage | None, start: int) -> ListPage | None:
+    """The part of ``page`` (``Loaded.first_page``) from seq ``start`` on, as the first page of a
+    LIST after seq ``start - 1`` (``_event_names`` goes on from its end as from any page), when
+    the page reaches past that seq or lists the session to its end; else None. Pure."""
+    if page is None:
+        return None
+    after = ctx.layout.event_key(session_id, start - 1)
+    rest = [info for info in page.objects if info.key > after]
+    if page.truncated and not rest:
+        return None  # it ended before the seq: the LIST starts there
+    return ListPage(rest, [], page.truncated, page.next_start_after)
 
 
 class _SentLoad(msgspec.Struct, frozen=True):
@@ -920,6 +952,11 @@ def _listed_md5s(ctx: StoreContext, session_id: str, after: int) -> dict[int, st
     names after seq ``after``, by seq: one LIST."""
     prefix = ctx.layout.session_prefix(session_id)
     page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, after), max_keys=_LISTED)
+    return _md5s_of(prefix, page)
+
+
+def _md5s_of(prefix: str, page: ListPage) -> dict[int, str]:
+    """``_listed_md5s`` of a page already listed. Pure."""
     listed: dict[int, str] = {}
     for info in page.objects:
         seq = parse_seq(info.key[len(prefix) :])
@@ -1086,7 +1123,10 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     tail_start = reach
     tail: Future[ListPage] | None = None
     early = _EarlyGets()
-    if runs and (end is None or tail_start <= end):
+    known_tail = _tail_of(ctx, sid, loaded.first_page, tail_start)
+    if known_tail is not None and (end is None or tail_start <= end):  # listed with the manifest: GETs at once
+        tail = ctx.executor().submit(_send_early, ctx, sid, known_tail, end, early)
+    elif runs and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
     try:
         # each group's segments, then the LIST pages (by the seq they list after) of the loose events
@@ -1117,6 +1157,8 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             if isinstance(item, _Loose):
                 return get_event_bytes(ctx, sid, item.seq)
             if isinstance(item, int):
+                if item == 0 and loaded.first_page is not None:  # listed with the manifest
+                    return _md5s_of(ctx.layout.session_prefix(sid), loaded.first_page)
                 return _listed_md5s(ctx, sid, item)
             return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
 
@@ -1170,10 +1212,13 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
                 cursor = last + 1
             covered = {seq: md5 for seq, md5 in covered.items() if seq >= cursor}  # what later groups may still need
         fetched.close()
+        early.release()  # the segments are done with (or there were none): the tail's GETs may go
         if end is not None and cursor > end:
             return
-        # the tail's page when the loose events start where it does; else they are listed from the cursor
-        first_page = tail.result() if tail is not None and cursor == tail_start else None
+        # the tail's page when the loose events start where it does; else the first page's part from
+        # the cursor on, or (None) they are listed from the cursor
+        known = tail is not None and cursor == tail_start
+        first_page = tail.result() if tail is not None and known else _tail_of(ctx, sid, loaded.first_page, cursor)
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
             if seq != expected or listed is None:
@@ -1200,6 +1245,13 @@ def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, 
         start_after=ctx.layout.event_key(session_id, start - 1),
         max_keys=max(_TAIL_FIRST_PAGE, 2 * ctx.concurrency),
     )
+    return _send_early(ctx, session_id, page, end, early)
+
+
+def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | None, early: _EarlyGets) -> ListPage:
+    """Send the GETs of the first ``2 * concurrency`` events ``page`` lists (to ``end``) into
+    ``early``, once the segment GETs that go first are queued; return the page."""
+    prefix = ctx.layout.session_prefix(session_id)
     early.wait()  # behind the segment GETs that go first (or not at all: closed)
     pool = ctx.executor()
     sent = 0
@@ -1420,7 +1472,7 @@ def replay(ctx: StoreContext, session_id: str, *, start: int = 1, end: int | Non
     ``KeyRequiredError`` — lazily, as iteration reaches the problem.
     """
     check_range(start, end)
-    loaded = load(ctx, session_id, upto=end)
+    loaded = load(ctx, session_id, upto=end, first_page=start == 1)
     for manifest, batch in lineage_batches(ctx, loaded, start, end):
         plain = manifest.kid is None  # else a plaintext body is refused by open_body
         for raw in batch:
@@ -1433,7 +1485,7 @@ def folded(ctx: StoreContext, session_id: str) -> ContextFolder:
     """The whole lineage folded into the context view: replay's events, without making an ``Event`` of each."""
     folder = ContextFolder()
     add = folder.add
-    for manifest, batch in lineage_batches(ctx, load(ctx, session_id), 1, None):
+    for manifest, batch in lineage_batches(ctx, load(ctx, session_id, first_page=True), 1, None):
         plain = manifest.kid is None  # else a plaintext body is refused by open_body
         for raw in batch:
             body = raw.envelope.body

@@ -648,19 +648,21 @@ def resume_folded(
 ) -> tuple[Session, ContextFolder]:
     """A writer at the session's head and its context view, from one pass over what it read.
 
-    What a serverless agent does on every invocation, in 3 dependent round trips before its
-    first append (a fork adds one per ancestor): the manifest GET with the LIST of the
-    non-event objects; the segment GETs (with the loose event that vouches for each group of
-    them) with the LIST of the loose tail; the tail's GETs. More only for a chain of more than
-    16 segments, or for more than one LIST page of non-event objects before the newest young
-    segments (see ``_read.own_batches`` and ``_read.read_meta``).
+    What a serverless agent does on every invocation, in 2 dependent round trips before its
+    first append for a session of up to about 1,000 names (a fork adds one per ancestor): the
+    manifest GET with the LIST of the non-event objects and the LIST of the first 1,000 names
+    (whose ETags vouch for the segments' events, and which name the loose tail); the segment
+    GETs with the tail's GETs. A longer session lists its tail in round 2 (and a LIST per further
+    1,000 events the segments cover), and reads it in round 3. More only for a chain of more
+    than 16 segments, or for more than one LIST page of non-event objects before the newest
+    young segments (see ``_read.own_batches`` and ``_read.read_meta``).
     The writer's head is the last event read (no head GET), and it holds the bytes it read
     for automatic compaction. The folder holds exactly the events up to the writer's head, so a
     caller that keeps both can fold what follows the head into it (``Session.catch_up``).
     """
     validate_session_id(session_id)
     try:
-        loaded = _read.load(ctx, session_id)
+        loaded = _read.load(ctx, session_id, first_page=True)
     except SessionNotFoundError:
         if not create_missing:
             raise

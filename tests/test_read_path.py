@@ -165,9 +165,9 @@ def test_every_event_is_read_once_when_its_segments_hold_and_loose_when_one_fail
     assert len(reader.context("s")) == 40
     gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
     assert sorted(gets) == sorted(set(gets))  # nothing read twice
-    # manifest, the two segments, the tail; the non-event objects, the page of the loose events
-    # 1-32 (whose ETags vouch for both segments), the tail's
-    assert counting.counts == {"GET": 1 + 2 + 8, "LIST": 3}
+    # manifest, the two segments, the tail; the non-event objects, and the first page of the
+    # session's names, listed with the manifest: its ETags vouch for both segments, and it names the tail
+    assert counting.counts == {"GET": 1 + 2 + 8, "LIST": 2}
     # a segment that fails its check: its group is passed over, and the loose events from the
     # group's first seq are read instead; the tail's GETs sent early (33..40) are the ones used
     memory.delete_many([store.layout.segment_key("s", 17, 32)])
@@ -175,8 +175,8 @@ def test_every_event_is_read_once_when_its_segments_hold_and_loose_when_one_fail
     counting.reset()
     assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(40)]
     gets = [key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET"]
-    # the loose events listed from the group's first seq: one LIST more
-    assert counting.counts == {"GET": 1 + 2 + 40, "LIST": 4}
+    # the loose events from the group's first seq, named by that same first page: no LIST more
+    assert counting.counts == {"GET": 1 + 2 + 40, "LIST": 2}
     assert sorted(int(g) for g in gets if g.isdigit()) == list(range(1, 41))  # each loose event once
 
 
@@ -193,10 +193,11 @@ def test_overlapping_segments_of_one_group_are_used_when_they_agree_where_they_o
     counting = CountingStore(memory)
     reader = Store(counting)
     assert [m["content"] for m in reader.context("s")] == [f"m{i}" for i in range(14)]
-    # the chain 1-4, 3-10, 9-12 is one group, vouched by the listing of the loose events 1-12; then a tail of 2
+    # the chain 1-4, 3-10, 9-12 is one group, vouched by the first page of the session's names (listed
+    # with the manifest), which also names the tail of 2
     segments = sorted(key.rsplit("/", 1)[-1] for kind, key in counting.keys if kind == "GET" and "/segments/" in key)
     assert [tuple(int(seq) for seq in name.split("-")) for name in segments] == [(1, 4), (3, 10), (9, 12)]
-    assert counting.counts == {"GET": 1 + 3 + 2, "LIST": 3}
+    assert counting.counts == {"GET": 1 + 3 + 2, "LIST": 2}
 
 
 def test_a_group_of_segments_holds_no_more_than_its_byte_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,8 +212,9 @@ def test_a_group_of_segments_holds_no_more_than_its_byte_budget(monkeypatch: pyt
     monkeypatch.setattr(_read, "_GROUP_BYTES", 2 * max(expanded) + min(expanded) // 2)  # two segments, not three
     counting = CountingStore(memory)
     assert [m["content"] for m in Store(counting).context("s")] == [f"m{i}" for i in range(40)]
-    # the five segments; the non-event objects, one page listing the 40 loose events, the (empty) tail
-    assert counting.counts == {"GET": 1 + 5, "LIST": 3}
+    # the five segments; the non-event objects, and one page listing the 40 loose events (and the
+    # session's other names: no tail), listed with the manifest
+    assert counting.counts == {"GET": 1 + 5, "LIST": 2}
     # the groups are 1-16, 17-32, 33-40: a segment that fails its check passes over its group only
     memory.delete_many([store.layout.segment_key("s", 25, 32)])
     memory.create(store.layout.segment_key("s", 25, 32), b"evstore-segment\nnot a segment")
