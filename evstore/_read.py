@@ -1217,8 +1217,9 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             return
         # the tail's page when the loose events start where it does; else the first page's part from
         # the cursor on, or (None) they are listed from the cursor
-        known = tail is not None and cursor == tail_start
-        first_page = tail.result() if tail is not None and known else _tail_of(ctx, sid, loaded.first_page, cursor)
+        first_page = (
+            tail.result() if tail is not None and cursor == tail_start else _tail_of(ctx, sid, loaded.first_page, cursor)
+        )
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
             if seq != expected or listed is None:
