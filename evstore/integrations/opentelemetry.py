@@ -13,8 +13,8 @@ never does, and a ``Store`` that was not instrumented pays nothing::
 What is measured
 ----------------
 Each operation of the instrumented store and of the writers it makes is one span named
-``evstore.<operation>`` (kind INTERNAL, a child of the span current when it is called) and
-one record in each metric below. The store's operations: ``open``, ``create``, ``resume``,
+``evstore.<operation>`` (kind INTERNAL, a child of the span current when it is called),
+counted in the metrics below. The store's operations: ``open``, ``create``, ``resume``,
 ``fork``, ``replay``, ``context``, ``info``, ``compact``, ``delete``, ``gc``, ``verify`` and
 ``verify_all``; a writer's: ``append``, ``rewind``, ``pop``, ``clear``, ``fork``, ``catch_up``
 and ``refresh``. Other methods (``list_sessions``, ``follow``, ``shred``, ...) run as on the
@@ -25,7 +25,7 @@ Span attributes:
 * ``gen_ai.conversation.id``: the session id (the OpenTelemetry GenAI semantic conventions'
   name for a conversation); a fork's is its source, ``evstore.fork.target`` its new session.
   ``gc`` and ``verify_all`` name no session.
-* ``evstore.operation``; ``evstore.outcome``: ``ok``, or the class name of the exception the
+* ``evstore.outcome``: ``ok``, or the class name of the exception the
   operation raised (``SessionNotFoundError``, ``WriteConflictError``, ...), which is also
   ``error.type`` (fully qualified) with the span status ERROR (description: the class name).
   The exception is not recorded as a span event: its message can quote what it refused.
@@ -40,10 +40,14 @@ Span attributes:
 * ``evstore.round_trips``: dependent round trips, the longest chain of the operation's requests
   each of which was sent after the one before it had answered (as ``benchmarks/`` count them):
   1 for requests sent side by side, N for N sent one after another; a batch delete of N
-  requests counts N.
+  requests counts N. Over a backend that answers at once (``MemoryStore``) requests meant to
+  overlap rarely do, so there round trips come out near the requests.
 * ``evstore.seq`` (append, rewind, clear: the seq written); ``evstore.events`` (replay,
   catch_up: the events returned; verify_all: the verdicts); ``evstore.stream.complete``
   (replay, verify_all: whether the caller read the stream to its end).
+
+A count or size that is zero is left out (an append has ``evstore.requests.put`` = 1 and no
+other kind): each attribute costs the SDK a validation on every span.
 
 **No message content, by default and always**: no attribute, metric attribute or status holds a
 message, a tool call, an argument or a result; only ids, counts, sizes and class names.
@@ -55,12 +59,15 @@ therefore includes the caller's own work between items; its requests are the str
 Metrics (attributes ``evstore.operation`` and, on the first two, ``evstore.outcome``; never
 the session id, which would make a series per session):
 
+* ``evstore.operation.duration`` (histogram, seconds; its count is the operations too);
 * ``evstore.operations`` (counter): operations finished;
-* ``evstore.operation.duration`` (histogram, seconds);
-* ``evstore.operation.round_trips`` (histogram);
 * ``evstore.requests`` (counter, also by ``evstore.request.kind``: PUT, GET, HEAD, LIST, DELETE);
 * ``evstore.io`` (counter, bytes, by ``network.io.direction``: ``transmit`` for PUT bodies,
   ``receive`` for GET bodies).
+
+The three counters are observable counters (cumulative totals, reported when the reader
+collects), so that an operation costs one histogram record, not four synchronous adds; round
+trips are on the spans only (a histogram of them would cost another record per operation).
 
 How
 ---
@@ -75,7 +82,6 @@ the subclass ``InstrumentedSession``, whose operations do the same around ``Sess
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -84,7 +90,7 @@ from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import MeterProvider, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 
 import evstore
@@ -120,7 +126,6 @@ _KIND_ATTRIBUTES = tuple(f"evstore.requests.{kind.lower()}" for kind in KINDS)
 
 #: Histogram buckets: store operations take from microseconds (memory) to minutes (gc of a bucket).
 _DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_ROUND_TRIP_BUCKETS = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0, 1000.0)
 
 
 class _OperationBackend(Forwarding):
@@ -257,6 +262,15 @@ def _error_type(error: BaseException) -> str:
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
+def _with_backend(shared: StoreContext, backend: ObjectStore) -> StoreContext:
+    """A shallow copy of the store's context with another backend (as ``copy.copy`` makes, for
+    a quarter of its cost: this runs once per operation)."""
+    bound = object.__new__(type(shared))
+    bound.__dict__.update(shared.__dict__)
+    bound.backend = backend
+    return bound
+
+
 class _Operation:
     """One operation in flight: its span, its clock, and the context copy its requests go through."""
 
@@ -268,8 +282,7 @@ class _Operation:
         self.backend = _OperationBackend(shared.backend)
         # the store's context with this operation's backend: the same pool, caches, keyring and clock
         # (the pool exists already: ``InstrumentedStore`` made it, so no copy makes one of its own)
-        self.ctx = copy.copy(shared)
-        self.ctx.backend = self.backend
+        self.ctx = _with_backend(shared, self.backend)
         self.attributes = attributes  # what the span gets when it ends, besides the tallies
         self.span = telemetry.tracer.start_span(f"evstore.{name}", kind=SpanKind.INTERNAL, attributes=attributes)
         self.started = time.perf_counter()
@@ -299,19 +312,20 @@ class _Operation:
         requests = backend.requests
         span = self.span
         outcome = "ok" if error is None else type(error).__name__
+        # only what is not zero: each attribute costs the SDK a validation (an append sets 6)
         attributes = {
             "evstore.outcome": outcome,
             "evstore.requests": sum(requests),
-            _KIND_ATTRIBUTES[_PUT]: requests[_PUT],
-            _KIND_ATTRIBUTES[_GET]: requests[_GET],
-            _KIND_ATTRIBUTES[_HEAD]: requests[_HEAD],
-            _KIND_ATTRIBUTES[_LIST]: requests[_LIST],
-            _KIND_ATTRIBUTES[_DELETE]: requests[_DELETE],
-            "evstore.bytes.up": backend.bytes_up,
-            "evstore.bytes.down": backend.bytes_down,
             "evstore.round_trips": backend.round_trips,
             **extra,
         }
+        for kind, count in enumerate(requests):
+            if count:
+                attributes[_KIND_ATTRIBUTES[kind]] = count
+        if backend.bytes_up:
+            attributes["evstore.bytes.up"] = backend.bytes_up
+        if backend.bytes_down:
+            attributes["evstore.bytes.down"] = backend.bytes_down
         if error is not None:
             attributes["error.type"] = _error_type(error)
             span.set_status(Status(StatusCode.ERROR, outcome))
@@ -321,72 +335,81 @@ class _Operation:
 
 
 class _Telemetry:
-    """The tracer and the instruments of one ``instrument`` call, and the metric attribute sets
-    it has made (one per operation, outcome, kind: a few dozen at most, reused)."""
+    """The tracer and the instruments of one ``instrument`` call.
+
+    Per operation, only the span and the duration histogram go through OpenTelemetry; the
+    counters (operations, requests, bytes) are observable: their totals are plain integers,
+    added to under a lock as each operation ends and reported when a reader collects them
+    (cumulative, as a counter's sum is). That keeps an append's cost to the span, one
+    histogram record and a few additions, where each synchronous ``Counter.add`` of the SDK
+    costs about what the rest of a memory append does."""
 
     def __init__(self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> None:
         self.tracer = trace.get_tracer("evstore", evstore.__version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter("evstore", evstore.__version__, meter_provider=meter_provider)
-        self.operations = meter.create_counter(
-            "evstore.operations", unit="{operation}", description="evstore store operations finished"
-        )
         self.duration = meter.create_histogram(
             "evstore.operation.duration",
             unit="s",
-            description="Duration of evstore store operations",
+            description="Duration of evstore store operations (its count: the operations, by outcome)",
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
         )
-        self.round_trips = meter.create_histogram(
-            "evstore.operation.round_trips",
-            unit="{round_trip}",
-            description="Dependent round trips to the object store per evstore operation",
-            explicit_bucket_boundaries_advisory=list(_ROUND_TRIP_BUCKETS),
+        self._lock = threading.Lock()
+        # metric attribute sets -> totals; the sets are made once each (a few dozen at most) and reused
+        self._operations: dict[tuple[str, str], list[Any]] = {}  # (operation, outcome) -> [attributes, total]
+        self._requests: dict[tuple[str, int], list[Any]] = {}  # (operation, kind) -> [attributes, total]
+        self._io: dict[tuple[str, str], list[Any]] = {}  # (operation, direction) -> [attributes, total]
+        meter.create_observable_counter(
+            "evstore.operations",
+            callbacks=[lambda _: self._observe(self._operations)],
+            unit="{operation}",
+            description="evstore store operations finished",
         )
-        self.requests = meter.create_counter(
-            "evstore.requests", unit="{request}", description="Requests evstore sent to the object store"
+        meter.create_observable_counter(
+            "evstore.requests",
+            callbacks=[lambda _: self._observe(self._requests)],
+            unit="{request}",
+            description="Requests evstore sent to the object store",
         )
-        self.io = meter.create_counter("evstore.io", unit="By", description="Object bodies evstore sent (PUT) and received (GET)")
-        self._outcome_attributes: dict[tuple[str, str], dict[str, str]] = {}
-        self._kind_attributes: dict[tuple[str, int], dict[str, str]] = {}
-        self._io_attributes: dict[tuple[str, str], dict[str, str]] = {}
+        meter.create_observable_counter(
+            "evstore.io",
+            callbacks=[lambda _: self._observe(self._io)],
+            unit="By",
+            description="Object bodies evstore sent (PUT) and received (GET)",
+        )
 
     def begin(
         self, name: str, shared: StoreContext, session_id: str | None, attributes: Mapping[str, Any] | None = None
     ) -> _Operation:
-        start: dict[str, Any] = {"evstore.operation": name}
-        if session_id is not None:
-            start[CONVERSATION_ID] = session_id
+        start: dict[str, Any] = {} if session_id is None else {CONVERSATION_ID: session_id}
         if attributes:
             start.update(attributes)
         return _Operation(self, name, shared, start)
 
     def record(self, name: str, outcome: str, elapsed: float, backend: _OperationBackend) -> None:
-        key = (name, outcome)
-        attributes = self._outcome_attributes.get(key)
-        if attributes is None:
-            attributes = self._outcome_attributes[key] = {"evstore.operation": name, "evstore.outcome": outcome}
-        self.operations.add(1, attributes)
-        self.duration.record(elapsed, attributes)
-        self.round_trips.record(backend.round_trips, attributes)
-        for kind, count in enumerate(backend.requests):
-            if count:
-                self.requests.add(count, self._kind(name, kind))
-        if backend.bytes_up:
-            self.io.add(backend.bytes_up, self._io(name, "transmit"))
-        if backend.bytes_down:
-            self.io.add(backend.bytes_down, self._io(name, "receive"))
+        with self._lock:
+            operation = self._operations.get((name, outcome))
+            if operation is None:
+                operation = self._operations[(name, outcome)] = [{"evstore.operation": name, "evstore.outcome": outcome}, 0]
+            operation[1] += 1
+            for kind, count in enumerate(backend.requests):
+                if count:
+                    total = self._requests.get((name, kind))
+                    if total is None:
+                        attributes = {"evstore.operation": name, "evstore.request.kind": KINDS[kind]}
+                        total = self._requests[(name, kind)] = [attributes, 0]
+                    total[1] += count
+            for direction, size in (("transmit", backend.bytes_up), ("receive", backend.bytes_down)):
+                if size:
+                    total = self._io.get((name, direction))
+                    if total is None:
+                        attributes = {"evstore.operation": name, "network.io.direction": direction}
+                        total = self._io[(name, direction)] = [attributes, 0]
+                    total[1] += size
+        self.duration.record(elapsed, operation[0])
 
-    def _kind(self, name: str, kind: int) -> dict[str, str]:
-        attributes = self._kind_attributes.get((name, kind))
-        if attributes is None:
-            attributes = self._kind_attributes[(name, kind)] = {"evstore.operation": name, "evstore.request.kind": KINDS[kind]}
-        return attributes
-
-    def _io(self, name: str, direction: str) -> dict[str, str]:
-        attributes = self._io_attributes.get((name, direction))
-        if attributes is None:
-            attributes = self._io_attributes[(name, direction)] = {"evstore.operation": name, "network.io.direction": direction}
-        return attributes
+    def _observe(self, totals: dict[Any, list[Any]]) -> list[Observation]:
+        with self._lock:
+            return [Observation(total, attributes) for attributes, total in totals.values()]
 
 
 class _Stream(Iterator[T]):
