@@ -18,7 +18,10 @@ counted in the metrics below. The store's operations: ``open``, ``create``, ``re
 ``fork``, ``replay``, ``context``, ``info``, ``compact``, ``delete``, ``gc``, ``verify`` and
 ``verify_all``; a writer's: ``append``, ``rewind``, ``pop``, ``clear``, ``fork``, ``catch_up``
 and ``refresh``. Other methods (``list_sessions``, ``follow``, ``shred``, ...) run as on the
-store itself, with no span.
+store itself, with no span. The framework adapters that resume through
+``integrations._common.SessionLog`` (OpenAI Agents, Strands, Pydantic AI) do so below the
+facade (``_write.resume_folded``): that resume and the writer it makes are not spanned; what
+they call on the store's own methods is.
 
 Span attributes:
 
