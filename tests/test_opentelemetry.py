@@ -417,3 +417,23 @@ def test_instrumenting_an_instrumented_store_does_not_nest_spans(telemetry: Tele
     store = instrumented(instrumented(Store(MemoryStore()), telemetry), telemetry)
     store.create("once").append(msg("hi"))
     assert [s.name for s in telemetry.finished()] == ["evstore.create", "evstore.append"]
+
+
+def test_every_backend_counts_the_requests_it_was_sent(telemetry: Telemetry, backend: evstore.ObjectStore) -> None:
+    # memory, a local directory, moto in process and moto's HTTP server: the same tallies as a counter
+    counting = CountingStore(backend)
+    store = instrumented(Store(counting), telemetry)
+    writer = store.create("any")
+    for i in range(5):
+        writer.append(msg(f"event {i}"))
+    for name, call in [
+        ("resume", lambda: store.resume("any")),
+        ("replay", lambda: list(store.replay("any"))),
+        ("verify", lambda: store.verify("any")),
+    ]:
+        counting.reset()
+        telemetry.spans.clear()
+        call()
+        span = telemetry.only(f"evstore.{name}")
+        assert requests_of(span) == {kind: counting.counts[kind] for kind in KINDS}, name
+        assert (span.attributes or {})["evstore.bytes.down"] > 0, name
