@@ -324,10 +324,11 @@ class _LocalSink(_Sink):
 
 class _S3Sink(_Sink):
     def __init__(self, url: str, endpoint_url: str | None) -> None:
-        from .._url import open_backend, redact_url
+        from .._url import check_credentials, open_backend, redact_url
 
         self.location = redact_url(url, limit=300)
         backend, root = open_backend(url, endpoint_url=endpoint_url)
+        check_credentials(backend)  # none at all: say what to set, before any request
         self.backend: ObjectStore = backend
         self.prefix = f"{root}/" if root else ""
         self.spool = tempfile.mkdtemp(prefix="evstore-parquet-")  # mode 0700: rows hold decrypted messages
