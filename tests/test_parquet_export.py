@@ -295,3 +295,45 @@ def test_an_s3_destination_on_moto(fleet: Path, tmp_path: Path, s3_backend: S3St
     )
     assert result.exit_code == 0 and "exported 9 events of 3 sessions" in result.stdout, result.output
     assert len(list(s3_backend.list("cli/"))) == 3
+
+
+def test_past_the_memory_cap_the_largest_waiting_group_is_written_early(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(parquet, "MAX_BUFFERED_BYTES", 1)  # every routed batch goes out at once
+    report = parquet.export(Store(LocalStore(fleet), keyring=K1), tmp_path / "out")
+    assert report.rows == 14 and _sql(tmp_path / "out", "SELECT count(*) FROM rows") == [(14,)]
+    groups = [pq.ParquetFile(p).metadata.num_row_groups for p in (tmp_path / "out").rglob("*.parquet")]
+    assert sum(groups) > len(groups)  # row groups written before their day's part closed
+
+
+def test_an_export_that_stops_leaves_no_half_written_part(fleet: Path, tmp_path: Path) -> None:
+    def stop(outcome: parquet.SessionOutcome) -> None:
+        if outcome.session_id == "plain-2":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        parquet.export(Store(LocalStore(fleet), keyring=K1), tmp_path / "out", on_session=stop)
+    assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []  # no part completed, none in progress
+
+
+def test_an_event_time_that_is_no_rfc_3339_time_makes_the_session_unreadable() -> None:
+    event = parquet.Event("s", 4, "yesterday", "w", None, "0" * 64, parquet.MessagesBody([]))
+    with pytest.raises(parquet.EvstoreError, match="seq 4: time 'yesterday' is not an RFC 3339 time"):
+        parquet._time_of(event)
+    outcome = parquet._outcome("s", parquet._Unreadable("x"))
+    assert outcome.status == "unreadable"
+
+
+def test_a_failed_upload_is_one_error_and_leaves_no_object(
+    fleet: Path, s3_backend: S3Store, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import boto3.s3.inject
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise boto3.exceptions.S3UploadFailedError("Failed to upload: An error occurred (SlowDown)")
+
+    monkeypatch.setattr(boto3.s3.inject, "upload_file", refuse)  # clients made from here on carry it
+    with pytest.raises(parquet.StoreUnavailableError, match=r"cannot upload 'x/day=2026-03-0\d/part-00000.parquet'"):
+        parquet.export(Store(LocalStore(fleet)), f"s3://{s3_backend.bucket}/x", prefix="plain-", endpoint_url=moto_endpoint)
+    assert list(s3_backend.list("x/")) == []
