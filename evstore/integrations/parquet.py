@@ -11,10 +11,12 @@ What it writes, a contract the tests check:
   is ``SCHEMA_DOC``.
 * Only verified events: a session's rows go to the partitions only once its replay has
   finished without an error. Until then they wait in a spool (in memory, then a private
-  temporary file past ``ROW_GROUP_ROWS`` rows or ``ROW_GROUP_BYTES``), so a session that fails
+  temporary file past ``ROW_GROUP_ROWS`` rows or ``SPOOL_BYTES``), so a session that fails
   verification at any seq leaves no row, and memory stays bounded however long it is.
 * Decrypted only with the store's keyring: a session sealed under a key the keyring lacks is
   skipped as ``locked`` (its headers alone are not what the rows promise: content).
+* Sessions are read ``DEFAULT_CONCURRENCY`` at a time, each into its own spool; rows go out in
+  the listing order, one session's after another's.
 * Bounded memory: at most ``MAX_OPEN_FILES`` part files open at once (the least recently used
   is closed, and its day goes on in a new part), rows buffered per day up to a row group
   (``ROW_GROUP_ROWS`` rows or ``ROW_GROUP_BYTES``), and ``MAX_BUFFERED_BYTES`` over all days
@@ -76,6 +78,11 @@ ROW_GROUP_BYTES = 64 << 20
 MAX_OPEN_FILES = 32
 #: Rows waiting for their row group, over all days, in bytes of message JSON and text.
 MAX_BUFFERED_BYTES = 256 << 20
+#: A session's spool keeps this many bytes in memory before it spills to its temporary file
+#: (the spools of ``2 * DEFAULT_CONCURRENCY`` sessions may wait at once).
+SPOOL_BYTES = 8 << 20
+#: Sessions read at once by default.
+DEFAULT_CONCURRENCY = 8
 
 STATUSES = ("exported", "tampered", "expired", "deleted", "locked", "unreadable")
 
@@ -244,7 +251,7 @@ class _Spool:
             self.columns[name].append(value)
         self.rows += 1
         self.bytes += len(encoded) + len(text or "")
-        if self.rows >= ROW_GROUP_ROWS or self.bytes >= ROW_GROUP_BYTES:
+        if self.rows >= ROW_GROUP_ROWS or self.bytes >= SPOOL_BYTES:
             self._spill()
 
     def _batch(self) -> Any:
@@ -464,16 +471,20 @@ def _outcome(session_id: str, exc: EvstoreError) -> SessionOutcome:
     return SessionOutcome(session_id, "unreadable", str(exc))
 
 
-def _spool_session(store: Store, session_id: str, spool: _Spool) -> int:
-    """Replay the session into ``spool`` (up to the head ``info`` finds); its event count."""
-    info: SessionInfo = store.info(session_id)
-    parent = info.parent
-    parent_id, fork_seq = (parent.sid, parent.seq) if parent is not None else (None, None)
-    count = 0
-    for event in store.replay(session_id, end=info.head):
-        spool.add(event, session_id, parent_id, fork_seq)
-        count += 1
-    return count
+def _spooled(store: Store, session_id: str, spool: _Spool) -> tuple[SessionOutcome, _Spool]:
+    """Replay the session into ``spool`` (up to the head ``info`` finds) and say how it ended;
+    never raises an ``EvstoreError``. Runs in the export's pool, one session per call."""
+    try:
+        info: SessionInfo = store.info(session_id)
+        parent = info.parent
+        parent_id, fork_seq = (parent.sid, parent.seq) if parent is not None else (None, None)
+        count = 0
+        for event in store.replay(session_id, end=info.head):
+            spool.add(event, session_id, parent_id, fork_seq)
+            count += 1
+    except EvstoreError as exc:
+        return _outcome(session_id, exc), spool
+    return SessionOutcome(session_id, "exported", events=count), spool
 
 
 def export(
@@ -483,10 +494,14 @@ def export(
     prefix: str = "",
     endpoint_url: str | None = None,
     on_session: Callable[[SessionOutcome], None] | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> ExportReport:
     """Write every verified event of the sessions under ``prefix`` to ``destination`` as Parquet
-    (see the module docstring); ``on_session`` sees each session's outcome as it ends.
+    (see the module docstring); ``on_session`` sees each session's outcome as it ends, in the
+    store's listing order.
 
+    Sessions are read ``concurrency`` at a time (each into its own spool, at most
+    ``2 * concurrency`` spools at once); their rows go out in listing order, from this thread.
     Raises ``InvalidInputError`` before any work (pyarrow missing, a destination that is not
     empty or cannot be made, a bad prefix) and ``StoreUnavailableError`` when listing the store
     or uploading a part fails; a session that cannot be exported is skipped and reported, never
@@ -499,30 +514,44 @@ def export(
     report = ExportReport(sink.location)
     partitions = _Partitions(pa, sink, _schema(pa))
     spool_schema = _schema(pa, spool=True)
+    from concurrent.futures import Future, ThreadPoolExecutor  # loaded on first use, as verify_all's
+
+    pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="evstore-parquet")
+    pending: list[Future[tuple[SessionOutcome, _Spool]]] = []
+
+    def drain() -> None:
+        outcome, spool = pending.pop(0).result()
+        try:
+            if outcome.status == "exported":  # only now, with every event verified, do its rows go out
+                for batch in spool.batches():
+                    partitions.add(batch)
+                report.rows += outcome.events
+            else:
+                report.skipped.append(outcome)
+        finally:
+            spool.close()
+        report.counts[outcome.status] += 1
+        if on_session is not None:
+            on_session(outcome)
+
     try:
         for session_id in itertools.chain([] if first is None else [first], ids):
-            spool = _Spool(pa, spool_schema)
-            try:
-                try:
-                    outcome = SessionOutcome(session_id, "exported", events=_spool_session(store, session_id, spool))
-                except EvstoreError as exc:
-                    outcome = _outcome(session_id, exc)
-                if outcome.status == "exported":  # only now, with every event verified, do its rows go out
-                    for batch in spool.batches():
-                        partitions.add(batch)
-                    report.rows += outcome.events
-                else:
-                    report.skipped.append(outcome)
-            finally:
-                spool.close()
-            report.counts[outcome.status] += 1
-            if on_session is not None:
-                on_session(outcome)
+            pending.append(pool.submit(_spooled, store, session_id, _Spool(pa, spool_schema)))
+            if len(pending) >= 2 * max(1, concurrency):
+                drain()
+        while pending:
+            drain()
         partitions.close()
     except BaseException:
         partitions.abort()
         raise
     finally:
+        for future in pending:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        for future in pending:  # spools of sessions read but never drained: their temporary files
+            if future.done() and not future.cancelled() and future.exception() is None:
+                future.result()[1].close()
         report.files = partitions.files
         sink.close()
     return report
