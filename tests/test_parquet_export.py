@@ -337,3 +337,17 @@ def test_a_failed_upload_is_one_error_and_leaves_no_object(
     with pytest.raises(parquet.StoreUnavailableError, match=r"cannot upload 'x/day=2026-03-0\d/part-00000.parquet'"):
         parquet.export(Store(LocalStore(fleet)), f"s3://{s3_backend.bucket}/x", prefix="plain-", endpoint_url=moto_endpoint)
     assert list(s3_backend.list("x/")) == []
+
+
+def test_a_local_write_that_fails_is_one_error(fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(self: parquet._Part, pa: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parquet._Part, "flush", full)
+    result = CliRunner().invoke(
+        cli, ["export", "--all", "--format", "parquet", str(tmp_path / "out")], env={"EVSTORE_STORE": f"file://{fleet}"}
+    )
+    assert result.exit_code == 1 and result.stderr.splitlines() == [
+        f"evstore: cannot write the export to '{tmp_path / 'out'}': No space left on device"
+    ]
+    assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []

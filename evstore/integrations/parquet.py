@@ -326,7 +326,11 @@ class _LocalSink(_Sink):
         return os.path.join(folder, f".{base}.inprogress")
 
     def commit(self, name: str, path: str) -> None:
-        os.replace(path, os.path.join(self.directory, name))
+        try:
+            os.replace(path, os.path.join(self.directory, name))
+        except OSError:
+            self.discard(path)
+            raise
 
 
 class _S3Sink(_Sink):
@@ -338,10 +342,13 @@ class _S3Sink(_Sink):
         check_credentials(backend)  # none at all: say what to set, before any request
         self.backend: ObjectStore = backend
         self.prefix = f"{root}/" if root else ""
+        try:
+            if backend.list_page(self.prefix, max_keys=1).objects:
+                raise InvalidInputError(f"cannot export to {self.location!r}: it already holds objects (name a new prefix)")
+        except BaseException:
+            backend.close()
+            raise
         self.spool = tempfile.mkdtemp(prefix="evstore-parquet-")  # mode 0700: rows hold decrypted messages
-        if self.backend.list_page(self.prefix, max_keys=1).objects:
-            self.close()
-            raise InvalidInputError(f"cannot export to {self.location!r}: it already holds objects (name a new prefix)")
 
     def begin(self, name: str) -> str:
         return os.path.join(self.spool, name.replace("/", "_"))
@@ -435,11 +442,12 @@ class _Partitions:
         part.flush(self.pa)
 
     def _close(self, day: str) -> None:
-        part = self.open.pop(day)
+        part = self.open[day]  # still open until written out: a failure here leaves it to abort()
         self._flush(part)
         part.writer.close()
         part.file.close()
-        self.sink.commit(part.name, part.path)
+        del self.open[day]
+        self.sink.commit(part.name, part.path)  # discards the local file itself when it fails
         self.files.append(part.name)
 
     def close(self) -> None:
@@ -542,6 +550,9 @@ def export(
         while pending:
             drain()
         partitions.close()
+    except OSError as exc:  # the local disk (a part, a spool's temporary file): full, gone, refused
+        partitions.abort()
+        raise EvstoreError(f"cannot write the export to {sink.location!r}: {exc.strerror or exc}") from None
     except BaseException:
         partitions.abort()
         raise
