@@ -33,7 +33,7 @@ from evstore._formats import (
 from evstore._html import render_html
 from evstore._ids import validate_session_id
 
-from ._common import CommandError, Context, exit_code_for, json_safe, say, say_json
+from ._common import CommandError, Context, Progress, exit_code_for, json_safe, say, say_json
 from ._output import event_lines, render_text, write_jsonl
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
@@ -164,25 +164,35 @@ def import_(state: Context, session: str, file: str, fmt: str, ephemeral: bool, 
 
 
 @click.command("export")
-@click.argument("session")
+@click.argument("session", metavar="SESSION|DIR")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice([*FORMATS, "html"]),
+    type=click.Choice([*FORMATS, "html", "parquet"]),
     required=True,
-    help="jsonl: a message per line; chatcli: ChatCLI; html: one self-contained page for auditors.",
+    help="jsonl: a message per line; chatcli: ChatCLI; html: one self-contained page for auditors;"
+    " parquet (with --all): every session's events, for SQL engines.",
 )
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-", help="File to write (default: stdout)."
 )
-@click.option("--json", "as_json", is_flag=True, help="With --output: print a summary as one JSON object.")
+@click.option("--all", "every", is_flag=True, help="Every session (--format parquet), to DIR or s3://bucket/prefix.")
+@click.option("--prefix", default="", help="With --all: only sessions whose id starts with this.")
+@click.option("--json", "as_json", is_flag=True, help="With --output or --all: print a summary as one JSON object.")
 @click.pass_obj
-def export(state: Context, session: str, fmt: str, output: str, as_json: bool) -> None:
-    """Write SESSION's messages, every one as written (the audit view), to a file or stdout.
+def export(state: Context, session: str, fmt: str, output: str, every: bool, prefix: str, as_json: bool) -> None:
+    """Write SESSION's messages, every one as written (the audit view), to a file or stdout;
+    with --all --format parquet, every session's verified events to DIR (a folder or
+    s3://bucket/prefix), one row per event, partitioned by day.
 
     Summaries and the messages they stand for are both kept, as are messages
     a rewind withdrew (a note on stderr says how many rewinds were skipped).
     """
+    if every or fmt == "parquet":
+        _export_parquet(state, session, fmt=fmt, output=output, every=every, prefix=prefix, as_json=as_json)
+        return
+    if prefix:
+        raise click.UsageError("--prefix narrows --all (export --all --format parquet DIR --prefix P)")
     if as_json and output == "-":
         raise click.UsageError("--json needs --output (stdout carries the export)")
     if output != "-":
@@ -251,6 +261,56 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
         raise CommandError(
             f"{failure}; the report was written to {where}: {part}, then the failure", exit_code_for(failure)
         )
+
+
+def _export_parquet(state: Context, destination: str, *, fmt: str, output: str, every: bool, prefix: str, as_json: bool) -> None:
+    """``export --all --format parquet DIR``: a thin layer over ``evstore.integrations.parquet.export``.
+
+    Prints a line per session it skipped (``TAMPERED``, ``expired``, ``deleted``, ``LOCKED``,
+    ``UNREADABLE``, with the reason; JSON objects with ``--json``), then a summary. Exit 5 when any
+    session failed verification, else 1 when any could not be exported (no key for it, the store
+    failed), else 0: expired and deleted sessions are reported, not failures, as in verify --all.
+    """
+    if fmt != "parquet":
+        raise click.UsageError("--all writes Parquet: export --all --format parquet DIR")
+    if not every:
+        raise click.UsageError("--format parquet exports every session: export --all --format parquet DIR|s3://bucket/prefix")
+    if output != "-":
+        raise click.UsageError("--all writes to DIR, the argument, not to --output")
+    from evstore.integrations import parquet
+
+    parquet.check_available()  # before the store is opened: a missing extra is exit 2 at once
+    bar = Progress(unit="sessions")
+
+    def show(outcome: parquet.SessionOutcome) -> None:
+        bar.tick()
+        if outcome.status == "exported":
+            return
+        bar.clear()
+        if as_json:
+            say_json(outcome)
+        else:
+            say(f"{_SKIPPED[outcome.status]:<11} {outcome.session_id}: {outcome.detail}")
+
+    report = parquet.export(state.store, destination, prefix=prefix, endpoint_url=state.endpoint_url, on_session=show)
+    bar.clear()
+    counts = report.counts
+    if as_json:
+        say_json({"summary": {**counts, "rows": report.rows, "files": len(report.files), "destination": report.destination}})
+    else:
+        skipped = ", ".join(f"{counts[status]} {status}" for status in parquet.STATUSES[1:])
+        say(
+            f"exported {report.rows} events of {counts['exported']} sessions to {report.destination}"
+            f" in {len(report.files)} files; skipped {skipped}"
+        )
+    if counts["tampered"]:
+        raise CommandError(f"{counts['tampered']} sessions failed verification (tampered): none of their events were exported", 5)
+    unexported = counts["locked"] + counts["unreadable"]
+    if unexported:
+        raise CommandError(f"{unexported} sessions could not be exported (no key for them, or unreadable)", 1)
+
+
+_SKIPPED = {"tampered": "TAMPERED", "expired": "expired", "deleted": "deleted", "locked": "LOCKED", "unreadable": "UNREADABLE"}
 
 
 # ---- tail -------------------------------------------------------------------

@@ -712,7 +712,7 @@ def open_body(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Body:
 
 def to_event(ctx: StoreContext, manifest: Manifest, raw: RawEvent) -> Event:
     env = raw.envelope
-    return Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, open_body(ctx, manifest, raw))
+    return Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, open_body(ctx, manifest, raw), env.prev)
 
 
 # ---- rekey records: old hash -> new hash of re-sealed events ---------------------
@@ -1479,7 +1479,7 @@ def replay(ctx: StoreContext, session_id: str, *, start: int = 1, end: int | Non
         for raw in batch:
             env = raw.envelope
             body = env.body if plain and env.body is not None else open_body(ctx, manifest, raw)
-            yield Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, body)
+            yield Event(raw.session_id, raw.seq, env.ts, env.wid, env.kid, raw.hash, body, env.prev)
 
 
 def folded(ctx: StoreContext, session_id: str) -> ContextFolder:

@@ -27,7 +27,9 @@ class Event(msgspec.Struct, frozen=True):
     """One event as written: the audit view's unit.
 
     ``session_id`` is the session whose log holds the event: an ancestor's id for
-    events a fork inherits.
+    events a fork inherits. ``prev`` is the ``prev`` hash its object names, which the read
+    checked against the event before it (for the first event, the manifest's hash, or a
+    fork's parent event; after a rekey it may name that event's hash before the rekey).
     """
 
     session_id: str
@@ -37,6 +39,7 @@ class Event(msgspec.Struct, frozen=True):
     key_id: str | None
     hash: str
     body: Body
+    prev: str = ""
 
     @property
     def messages(self) -> list[Message]:

@@ -68,6 +68,7 @@ def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
         "evstore._async",
         "evstore._backends._s3",
         "evstore.integrations",
+        "pyarrow",
     )
     code = f"import sys, evstore; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
