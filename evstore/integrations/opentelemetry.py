@@ -109,9 +109,9 @@ from .._backends import (
 )
 from .._chain import Receipt
 from .._codec import Message, Retention
-from .._context import StoreContext
+from .._context import DEFAULT_GRACE, StoreContext
 from .._fleet import SessionVerdict
-from .._retention import DEFAULT_GRACE, GcReport, OnRemove
+from .._retention import GcReport, OnRemove
 from .._store import DeleteResult, SessionInfo, Store, VerifyResult
 from .._views import Event, Repair
 from .._write import Session
