@@ -65,7 +65,9 @@ class Telemetry:
 
 
 @pytest.fixture
-def telemetry() -> Iterator[Telemetry]:
+def telemetry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
+    # the SDK reads OTEL_SDK_DISABLED as a provider is made; tests/test_strands.py sets it for the run
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))

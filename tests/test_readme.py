@@ -288,7 +288,11 @@ def test_readme_examples_run_as_written(tmp_path: Path, moto_endpoint: str, fake
     _copy_checkout(work)
     scripts = tmp_path / "blocks"
     scripts.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EVSTORE_", "AWS_ENDPOINT", "VIRTUAL_ENV", "OPENAI_"))}
+    # a user's environment: none of evstore's settings, nor what other tests set (test_strands
+    # disables OpenTelemetry's SDK for the whole run, which the README's tracing example needs)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("EVSTORE_", "AWS_ENDPOINT", "VIRTUAL_ENV", "OPENAI_", "OTEL_"))
+    }
     env.update(
         HOME=str(tmp_path / "home"),
         XDG_DATA_HOME=str(tmp_path / "data"),

@@ -10,6 +10,7 @@ after an upgrade fails here."""
 from __future__ import annotations
 
 import base64
+import itertools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,12 @@ def test_every_fixture_session_reads_as_it_was_written(fixture_store: Store, ver
         with pytest.raises(SessionNotFoundError, match="was deleted"):
             list(fixture_store.replay(session_id))
         return
-    assert [msgspec.to_builtins(event) for event in fixture_store.replay(session_id)] == want["events"]
+    got = [msgspec.to_builtins(event) for event in fixture_store.replay(session_id)]
+    # each event as the fixture recorded it (fields an Event gained since are checked apart)
+    assert len(got) == len(want["events"])
+    recorded = [{field: event.get(field) for field in expected} for event, expected in zip(got, want["events"], strict=True)]
+    assert recorded == want["events"]
+    assert all(after["prev"] == before["hash"] for before, after in itertools.pairwise(got))  # Event.prev: the chain
     assert fixture_store.context(session_id) == want["context"]
     result = fixture_store.verify(session_id, expect=Receipt.parse(want["receipt"]))
     assert str(result.receipt) == want["receipt"] and not result.superseded_by_rekey
