@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
 from ._codec import DEFAULT_MAX_EVENT_BYTES, RekeyRecord, Retention, max_event_object_bytes
-from ._crypto import Keyring
 from ._errors import InvalidInputError
 from ._ids import Layout
 
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from ._crypto import Keyring
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -110,7 +111,11 @@ class StoreContext:
             raise InvalidInputError("auto_compact must be a segment size from 2 to 100000, or 0 (None) for off")
         self.backend = backend
         self.layout = Layout(root)
-        self.keyring = keyring or Keyring()
+        if keyring is None:
+            from ._crypto import Keyring  # here: a store without keys never loads the crypto module
+
+            keyring = Keyring()
+        self.keyring = keyring
         self.require_encryption = require_encryption
         self.max_event_bytes = max_event_bytes
         #: The largest event object a reader accepts (``max_event_bytes`` sealed, in its envelope).
