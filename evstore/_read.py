@@ -16,6 +16,11 @@ Requests (N = events, S = segments):
   two groups' bytes in flight,
   with the LIST of the loose tail; then a LIST per 1,000 loose events and their GETs,
   ``2 * concurrency`` in flight.
+* a fork whose manifest records its ancestry: its load; then, in one round on the context's wide
+  pool, each ancestor's manifest GET and listing, the GETs of each inherited range of up to 32
+  events, and the GETs of the fork's own events its first listing named; then the segments of a
+  longer range (an ancestor's short loose tail to the fork seq by its seqs, no LIST): 3 dependent
+  round trips at any depth (``_send_ahead``).
 """
 
 from __future__ import annotations
