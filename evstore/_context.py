@@ -145,9 +145,9 @@ class StoreContext:
     def wide_executor(self) -> ThreadPoolExecutor:
         """A pool of up to ``WIDE_FACTOR`` x concurrency threads (256 by default), for small
         requests that wait on nothing and are sent many at once: a deep fork's ancestors (their
-        manifests, listings and short ranges of events: 4 requests each, up to ``MAX_FORK_DEPTH``
-        ancestors), which through the pool of ``executor`` would queue behind each other for
-        rounds. Threads are started as the requests need them."""
+        manifests, listings and short ranges of events: 4 requests an ancestor that gave its fork
+        2 events, up to 100 ancestors), which through the pool of ``executor`` would queue behind
+        each other for rounds. Threads are started as the requests need them."""
         return self._pools.get("evstore-leaf", self.concurrency * WIDE_FACTOR)
 
     def prefetched(
