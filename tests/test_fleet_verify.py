@@ -8,6 +8,7 @@ import io
 import json
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from evstore_cli import _fleet as fleet_cli
 from evstore_cli import cli
 from evstore_cli._common import CommandError, Context, StatusLine
 
-from evstore import Keyring, LocalStore, MemoryStore, Store
+from evstore import Keyring, LocalStore, MemoryStore, Store, StoreUnavailableError
 from evstore._fleet import SessionVerdict
 
 from .helpers import T0, Clock, CountingStore, msg
@@ -125,7 +126,7 @@ def test_verify_all_costs_a_listing_page_then_a_manifest_two_lists_and_the_event
 # ---- the status line on a terminal ---------------------------------------------------------------
 
 WIPE = StatusLine.WIPE
-FLEET_TALLY = "verify --all: 6 sessions checked: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"
+FLEET_TALLY = "verify --all: 6/6 sessions checked: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"
 
 
 class FakeTerminal(io.StringIO):
@@ -154,6 +155,62 @@ def test_the_status_line_is_drawn_in_place_cut_to_the_width_and_wiped_only_on_a_
     assert piped.getvalue() == "" and not quiet.shown
 
 
+def _listed(count: int) -> fleet_cli.Listed:
+    """A total already counted: ``count`` sessions."""
+    listed = fleet_cli.Listed(f"s{i}" for i in range(count))
+    listed.wait()
+    return listed
+
+
+def _forever() -> Iterator[str]:
+    while True:
+        yield "s"
+
+
+def _failing() -> Iterator[str]:
+    yield "s"
+    raise StoreUnavailableError("the listing failed")
+
+
+def test_the_total_is_what_the_listing_found_so_far() -> None:
+    counts = {"ok": 2, "tampered": 1}
+    assert fleet_cli.tally(counts) == "verify --all: 3 sessions checked: 2 ok, 1 tampered, 0 expired, 0 deleted, 0 unreadable"
+    assert fleet_cli.tally(counts, _listed(5)).startswith("verify --all: 3/5 sessions checked: 2 ok")
+    counting = fleet_cli.Listed(_forever())
+    counting.stop()
+    counting.wait(timeout=60)
+    assert not counting.complete and not counting.failed and counting.found >= 0
+    counting.found = 1  # behind the sessions already checked: never shown below them
+    assert fleet_cli.tally(counts, counting).startswith("verify --all: 3/3+ sessions checked")
+    failed = fleet_cli.Listed(_failing())
+    failed.wait(timeout=60)
+    assert failed.failed and fleet_cli.tally(counts, failed) == fleet_cli.tally(counts)
+
+
+class _Fleet:
+    """A store of two sessions that notes how the total was listed."""
+
+    def __init__(self) -> None:
+        self.listings: list[tuple[str, str]] = []
+
+    def list_sessions(self, prefix: str = "", *, start_after: str = "") -> Iterator[str]:
+        self.listings.append((prefix, start_after))
+        return iter(["a", "b"])
+
+    def verify_all(self, **_: object) -> Iterator[SessionVerdict]:
+        yield from (SessionVerdict(sid, "ok", events=1, receipt="1:" + "0" * 64) for sid in ("a", "b"))
+
+
+def test_the_total_is_counted_only_for_a_terminal_and_not_with_since(capsys: pytest.CaptureFixture[str]) -> None:
+    for is_terminal, since, counted in [(True, None, True), (False, None, False), (True, T0, False)]:
+        fleet = _Fleet()
+        line = StatusLine(FakeTerminal(), is_terminal, width=200, clock=lambda: 0.0)
+        state = cast(Context, SimpleNamespace(store=fleet))
+        fleet_cli.verify_all(state, prefix="p", since=since, resume_from="r", as_json=False, line=line, lines_to_terminal=False)
+        assert fleet.listings == ([("p", "r")] if counted else [])
+    assert capsys.readouterr().out.count("summary: 2 ok") == 3
+
+
 def _fleet_context(tmp_path: Path) -> Context:
     store = tmp_path / "store"
     _fleet(Store(LocalStore(store)))
@@ -167,7 +224,14 @@ def test_the_command_counts_sessions_on_the_status_line_and_wipes_it_before_each
     line = StatusLine(screen, True, width=200, clock=lambda: 0.0)  # a clock that stands still: only forced redraws
     with pytest.raises(CommandError) as failed:
         fleet_cli.verify_all(
-            _fleet_context(tmp_path), prefix="", since=None, resume_from="", as_json=False, line=line, lines_to_terminal=True
+            _fleet_context(tmp_path),
+            prefix="",
+            since=None,
+            resume_from="",
+            as_json=False,
+            line=line,
+            lines_to_terminal=True,
+            listed=_listed(6),
         )
     assert failed.value.exit_code == 5
     out = capsys.readouterr().out
@@ -176,7 +240,7 @@ def test_the_command_counts_sessions_on_the_status_line_and_wipes_it_before_each
     # drawn before the first session, then wiped before each of the 6 lines and drawn again; wiped at the end
     assert drawn[0] == "" and drawn[-1] == ""
     shown = [text for text in drawn[1:-1] if text]
-    assert len(shown) == 7 and shown[0] == fleet_cli.tally({}) and shown[-1] == FLEET_TALLY
+    assert len(shown) == 7 and shown[0] == fleet_cli.tally({}, _listed(6)) and shown[-1] == FLEET_TALLY
     assert screen.getvalue().count(WIPE) == 14 and not line.shown
 
 
@@ -187,8 +251,10 @@ def test_the_status_line_is_drawn_once_per_interval_when_the_lines_go_elsewhere_
     screen = FakeTerminal()
     line = StatusLine(screen, True, width=200, clock=lambda: 0.0)
     with pytest.raises(CommandError):
-        fleet_cli.verify_all(context, prefix="", since=None, resume_from="", as_json=True, line=line, lines_to_terminal=False)
-    assert screen.getvalue() == WIPE + fleet_cli.tally({}) + WIPE  # the stopped clock allows no redraw
+        fleet_cli.verify_all(
+            context, prefix="", since=None, resume_from="", as_json=True, line=line, lines_to_terminal=False, listed=_listed(6)
+        )
+    assert screen.getvalue() == WIPE + fleet_cli.tally({}, _listed(6)) + WIPE  # the stopped clock allows no redraw
     rows = [json.loads(row) for row in capsys.readouterr().out.splitlines()]
     assert len(rows) == 7 and rows[-1]["summary"]["tampered"] == 1
     piped = io.StringIO()
@@ -212,8 +278,10 @@ def test_ctrl_c_wipes_the_status_line(capsys: pytest.CaptureFixture[str]) -> Non
     line = StatusLine(screen, True, width=200, clock=lambda: 0.0)
     state = cast(Context, SimpleNamespace(store=_Interrupted()))
     with pytest.raises(KeyboardInterrupt):
-        fleet_cli.verify_all(state, prefix="", since=None, resume_from="", as_json=False, line=line, lines_to_terminal=False)
-    assert screen.getvalue() == WIPE + fleet_cli.tally({}) + WIPE and not line.shown
+        fleet_cli.verify_all(
+            state, prefix="", since=None, resume_from="", as_json=False, line=line, lines_to_terminal=False, listed=_listed(1)
+        )
+    assert screen.getvalue() == WIPE + fleet_cli.tally({}, _listed(1)) + WIPE and not line.shown
     assert capsys.readouterr().out.startswith("ok          a: 1 events")
 
 
@@ -247,6 +315,6 @@ def test_the_real_command_shows_the_status_line_on_a_terminal_only(tmp_path: Pat
     os.close(master)
     assert process.returncode == 5
     wipe = WIPE.encode()
-    assert screen.startswith(wipe + fleet_cli.tally({}).encode())
+    assert re.match(rb"\r\x1b\[Kverify --all: 0/\d\+? sessions checked: 0 ok, 0 tampered", screen), screen
     assert screen.endswith(wipe + b"evstore: 1 sessions failed verification (tampered)\r\n")
     assert b"\x1b" not in out and out.decode().splitlines()[-1] == "summary: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"

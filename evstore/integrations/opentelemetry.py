@@ -149,9 +149,8 @@ class _OperationBackend(Forwarding):
         self._lock = threading.Lock()
 
     def _sent(self) -> int:
-        """The depth of a request being sent now."""
-        with self._lock:
-            return self.round_trips + 1
+        """The depth of a request being sent now (one read of an int, whole under any thread: no lock)."""
+        return self.round_trips + 1
 
     def _answered(self, kind: int, depth: int, *, times: int = 1, up: int = 0, down: int = 0) -> None:
         """A request sent at ``depth`` answered (``times``: the requests of a batch, one after another)."""
@@ -396,19 +395,21 @@ class _Telemetry:
             operation[1] += 1
             for kind, count in enumerate(backend.requests):
                 if count:
-                    total = self._requests.get((name, kind))
-                    if total is None:
-                        attributes = {"evstore.operation": name, "evstore.request.kind": KINDS[kind]}
-                        total = self._requests[(name, kind)] = [attributes, 0]
-                    total[1] += count
-            for direction, size in (("transmit", backend.bytes_up), ("receive", backend.bytes_down)):
-                if size:
-                    total = self._io.get((name, direction))
-                    if total is None:
-                        attributes = {"evstore.operation": name, "network.io.direction": direction}
-                        total = self._io[(name, direction)] = [attributes, 0]
-                    total[1] += size
+                    self._add(self._requests, (name, kind), "evstore.request.kind", KINDS[kind], count)
+            if backend.bytes_up:
+                self._add(self._io, (name, "transmit"), "network.io.direction", "transmit", backend.bytes_up)
+            if backend.bytes_down:
+                self._add(self._io, (name, "receive"), "network.io.direction", "receive", backend.bytes_down)
         self.duration.record(elapsed, operation[0])
+
+    @staticmethod
+    def _add(totals: dict[Any, list[Any]], key: tuple[str, Any], attribute: str, value: str, amount: int) -> None:
+        """Add ``amount`` to the total of ``key`` (operation, what), made at its first use with
+        the attribute set {evstore.operation, ``attribute``: ``value``}. Under ``_lock``."""
+        total = totals.get(key)
+        if total is None:
+            total = totals[key] = [{"evstore.operation": key[0], attribute: value}, 0]
+        total[1] += amount
 
     def _observe(self, totals: dict[Any, list[Any]]) -> list[Observation]:
         with self._lock:
