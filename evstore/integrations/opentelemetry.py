@@ -87,6 +87,7 @@ from __future__ import annotations
 
 import threading
 import time
+from operator import add
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -126,6 +127,8 @@ CONVERSATION_ID = "gen_ai.conversation.id"
 KINDS = ("PUT", "GET", "HEAD", "LIST", "DELETE")
 _PUT, _GET, _HEAD, _LIST, _DELETE = range(len(KINDS))
 _KIND_ATTRIBUTES = tuple(f"evstore.requests.{kind.lower()}" for kind in KINDS)
+#: ``network.io.direction`` of the bytes ``_Telemetry`` totals: PUT bodies sent, GET bodies received.
+_DIRECTIONS = ("transmit", "receive")
 
 #: Histogram buckets: store operations take from microseconds (memory) to minutes (gc of a bucket).
 _DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -356,25 +359,25 @@ class _Telemetry:
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
         )
         self._lock = threading.Lock()
-        # metric attribute sets -> totals; the sets are made once each (a few dozen at most) and reused
+        # the totals, added to as each operation ends; attribute sets are made when a reader collects
         self._operations: dict[tuple[str, str], list[Any]] = {}  # (operation, outcome) -> [attributes, total]
-        self._requests: dict[tuple[str, int], list[Any]] = {}  # (operation, kind) -> [attributes, total]
-        self._io: dict[tuple[str, str], list[Any]] = {}  # (operation, direction) -> [attributes, total]
+        self._requests: dict[str, list[int]] = {}  # operation -> requests by kind, in KINDS order
+        self._io: dict[str, list[int]] = {}  # operation -> [bytes transmitted (PUT), received (GET)]
         meter.create_observable_counter(
             "evstore.operations",
-            callbacks=[lambda _: self._observe(self._operations)],
+            callbacks=[lambda _: self._observe_operations()],
             unit="{operation}",
             description="evstore store operations finished",
         )
         meter.create_observable_counter(
             "evstore.requests",
-            callbacks=[lambda _: self._observe(self._requests)],
+            callbacks=[lambda _: self._observe_by(self._requests, "evstore.request.kind", KINDS)],
             unit="{request}",
             description="Requests evstore sent to the object store",
         )
         meter.create_observable_counter(
             "evstore.io",
-            callbacks=[lambda _: self._observe(self._io)],
+            callbacks=[lambda _: self._observe_by(self._io, "network.io.direction", _DIRECTIONS)],
             unit="By",
             description="Object bodies evstore sent (PUT) and received (GET)",
         )
@@ -393,27 +396,31 @@ class _Telemetry:
             if operation is None:
                 operation = self._operations[(name, outcome)] = [{"evstore.operation": name, "evstore.outcome": outcome}, 0]
             operation[1] += 1
-            for kind, count in enumerate(backend.requests):
-                if count:
-                    self._add(self._requests, (name, kind), "evstore.request.kind", KINDS[kind], count)
-            if backend.bytes_up:
-                self._add(self._io, (name, "transmit"), "network.io.direction", "transmit", backend.bytes_up)
-            if backend.bytes_down:
-                self._add(self._io, (name, "receive"), "network.io.direction", "receive", backend.bytes_down)
+            requests = self._requests.get(name)
+            if requests is None:
+                requests = self._requests[name] = [0] * len(KINDS)
+            requests[:] = map(add, requests, backend.requests)
+            io = self._io.get(name)
+            if io is None:
+                io = self._io[name] = [0, 0]
+            io[0] += backend.bytes_up
+            io[1] += backend.bytes_down
         self.duration.record(elapsed, operation[0])
 
-    @staticmethod
-    def _add(totals: dict[Any, list[Any]], key: tuple[str, Any], attribute: str, value: str, amount: int) -> None:
-        """Add ``amount`` to the total of ``key`` (operation, what), made at its first use with
-        the attribute set {evstore.operation, ``attribute``: ``value``}. Under ``_lock``."""
-        total = totals.get(key)
-        if total is None:
-            total = totals[key] = [{"evstore.operation": key[0], attribute: value}, 0]
-        total[1] += amount
-
-    def _observe(self, totals: dict[Any, list[Any]]) -> list[Observation]:
+    def _observe_operations(self) -> list[Observation]:
         with self._lock:
-            return [Observation(total, attributes) for attributes, total in totals.values()]
+            return [Observation(total, attributes) for attributes, total in self._operations.values()]
+
+    def _observe_by(self, totals: dict[str, list[int]], attribute: str, names: tuple[str, ...]) -> list[Observation]:
+        """A point per operation and ``attribute`` (one of ``names``, by position) that has a total."""
+        with self._lock:
+            found = [(name, list(values)) for name, values in totals.items()]
+        return [
+            Observation(total, {"evstore.operation": name, attribute: names[index]})
+            for name, values in found
+            for index, total in enumerate(values)
+            if total
+        ]
 
 
 class _Stream(Iterator[T]):
