@@ -108,6 +108,7 @@ def run(name: str, backend: Callable[[], ObjectStore], appends: int, rounds: int
     tracer_provider.add_span_processor(BatchSpanProcessor(Dropping()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     noop_tracer, noop_meter = trace.NoOpTracerProvider(), metrics.NoOpMeterProvider()
+
     def sdk() -> Store:
         return instrument(Store(backend()), tracer_provider=tracer_provider, meter_provider=meter_provider)
 

@@ -87,9 +87,9 @@ from __future__ import annotations
 
 import threading
 import time
-from operator import add
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
+from operator import add
 from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
