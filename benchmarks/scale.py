@@ -2,7 +2,8 @@
 
     python benchmarks/scale.py [--quick] [--only SECTION ...] [--json FILE]
 
-Sections (``--only``): resume, open, fork, storage, gc, gc-million, list, tail, async, import.
+Sections (``--only``): resume, open, fork, storage, gc, gc-million, list, tail, async, import,
+fleet-verify.
 The default run is every section; ``--quick`` is a small smoke run (under a minute).
 
 Everything is measured through evstore's public API (``Store``, ``AsyncStore``,
@@ -69,7 +70,7 @@ from benchmarks._scale_backend import (  # noqa: E402
 )
 from evstore import AsyncSession, AsyncStore, LocalStore, MemoryStore, ObjectStore, Session, Store  # noqa: E402
 
-SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import"]
+SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 SID = "bench"
 Message = dict[str, Any]
 T = TypeVar("T")
@@ -100,6 +101,8 @@ class Config:
     async_threads: int
     async_rounds: int
     import_runs: int
+    verify_sizes: tuple[int, ...]
+    verify_rtt: float
 
 
 FULL = Config(
@@ -123,6 +126,8 @@ FULL = Config(
     async_threads=64,
     async_rounds=3,
     import_runs=9,
+    verify_sizes=(1_000, 10_000, 100_000),
+    verify_rtt=0.001,
 )
 QUICK = Config(
     quick=True,
@@ -145,6 +150,8 @@ QUICK = Config(
     async_threads=64,
     async_rounds=1,
     import_runs=3,
+    verify_sizes=(100, 1_000),
+    verify_rtt=0.001,
 )
 
 
@@ -538,8 +545,9 @@ def section_storage(cfg: Config, report: Report) -> None:
 # ---- 5. gc -----------------------------------------------------------------------
 
 
-def fleet(n: int) -> FastMemory:
-    """n sessions of 3 events by the library: the even ones live, the odd ones deleted."""
+def fleet(n: int, *, delete_odd: bool = True) -> FastMemory:
+    """n sessions of 3 events by the library: the even ones live, the odd ones deleted (all live
+    without ``delete_odd``)."""
     bucket = FastMemory()
     with Store(bucket) as store:
         for i in range(n):
@@ -547,7 +555,7 @@ def fleet(n: int) -> FastMemory:
             writer = store.create(sid)
             for j in range(3):
                 writer.append(short(j))
-            if i % 2:
+            if delete_odd and i % 2:
                 store.delete(sid)
     return bucket
 
@@ -852,6 +860,46 @@ def section_import(cfg: Config, report: Report) -> None:
     report.add("import", table)
 
 
+# ---- 10. verify --all ---------------------------------------------------------------------------
+
+
+def section_fleet_verify(cfg: Config, report: Report) -> None:
+    """``Store.verify_all()`` (what ``evstore verify --all`` runs) over fleets of live sessions of
+    3 events each, written by the library (a copy of one session would not verify: its manifest
+    names its own id)."""
+    runs: list[tuple[int, int, Counts, float, int]] = []
+    setup = 0.0
+    for n in cfg.verify_sizes:
+        started = time.perf_counter()
+        bucket = fleet(n, delete_odd=False)
+        setup += time.perf_counter() - started
+        counts, seconds, verdicts = measured(bucket, cfg.verify_rtt, lambda store: [v.status for v in store.verify_all()])
+        if len(verdicts) != n or set(verdicts) != {"ok"}:
+            raise RuntimeError(f"verify_all gave {len(verdicts)} verdicts ({sorted(set(verdicts))}), not {n} ok")
+        runs.append((n, len(bucket), counts, seconds, verdicts.count("ok")))
+        del bucket
+    table = Table(
+        "10. verify --all: Store.verify_all() over a fleet of sessions of 3 events",
+        [label(n) for n, *_ in runs],
+        [
+            f"{ms(cfg.verify_rtt):.0f} ms per request; sessions verified 8 at a time (verify_all's default); "
+            "every session ok (manifest + 3 events)",
+            f"(setup by the library: {setup:.1f} s)",
+        ],
+    )
+    table.row("objects", [objects for _, objects, *_ in runs])
+    table.row("requests PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for _, _, c, _, _ in runs])
+    table.row("requests", [c.total for _, _, c, _, _ in runs])
+    table.row("requests per session", [c.total / n for n, _, c, _, _ in runs])
+    table.row("LIST requests per session", [c.kinds["LIST"] / n for n, _, c, _, _ in runs])
+    table.row("round trips", [c.chain for _, _, c, _, _ in runs])
+    table.row("round trips per session", [c.chain / n for n, _, c, _, _ in runs])
+    table.row("MB downloaded", [mb(c.down) for _, _, c, _, _ in runs])
+    table.row("s (wall)", [seconds for _, _, _, seconds, _ in runs])
+    table.row("sessions ok", [ok for *_, ok in runs])
+    report.add("fleet-verify", table)
+
+
 # ---- main ------------------------------------------------------------------------------------------
 
 
@@ -884,6 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         "tail": lambda: section_tail(cfg, bulk, report),
         "async": lambda: section_async(cfg, report),
         "import": lambda: section_import(cfg, report),
+        "fleet-verify": lambda: section_fleet_verify(cfg, report),
     }
     for name in chosen:
         began = time.perf_counter()
