@@ -102,6 +102,8 @@ def test_pages_equal_botocores_over_moto_server(moto_endpoint: str) -> None:
     )
     # the store's own client answers any other caller as botocore does
     assert [c["Key"] for c in store.client.list_objects_v2(Bucket=bucket, Prefix="r/")["Contents"]] == sorted(keys)
+    assert parsed_by_us == [False]
+    parsed_by_us.clear()
     for max_keys, delimiter, first in ((3, "", ""), (1000, "/", ""), (1000, "", "r/sessions/s/00000000000000000004")):
         start, seen = first, []
         while True:
