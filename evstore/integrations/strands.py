@@ -74,7 +74,7 @@ from .._codec import ROLES, Message, Retention
 from .._errors import SessionExistsError, SessionNotFoundError, WriteConflictError
 from .._store import Store
 from .._views import Position
-from ._common import EVSTORE_FIELDS, SessionLog
+from ._common import EVSTORE_FIELDS, SessionLog, meta_record
 
 if TYPE_CHECKING:
     from strands.multiagent.base import MultiAgentBase
@@ -85,9 +85,7 @@ __all__ = ["EvstoreSessionManager", "EvstoreSessionRepository", "session_manager
 
 
 def _strands_meta(message: Message) -> dict[str, Any] | None:
-    meta = message.get("meta")
-    entry = meta.get("strands") if isinstance(meta, dict) else None
-    return entry if isinstance(entry, dict) else None
+    return meta_record(message, "strands")
 
 
 def _record(kind: str, record: dict[str, Any], record_id: str | None = None) -> Message:
