@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from strands.hooks import BeforeInvocationEvent, HookRegistry
 from strands.session import SnapshotSessionManager
 from strands.storage.search.keyword import KeywordSearchStrategy
+from strands.storage.storage import Storage, _NamespacedStorage
 from strands.types.exceptions import StorageError
 
 from .._async import AsyncStore
@@ -375,6 +376,11 @@ class EvstoreStorage:
     async def search(self, query: str) -> builtins.list[StorageSearchResult]:
         """Strands' keyword search over every key (its default for a storage)."""
         return await KeywordSearchStrategy().search(self, query)
+
+    def namespace(self, prefix: str) -> Storage:
+        """A view of this storage whose keys start with ``prefix/`` (Strands' own namespaced view,
+        which its session manager takes as already namespaced, as the shipped storages' views)."""
+        return _NamespacedStorage(self, prefix)
 
 
 class EvstoreSnapshotSessionManager(SnapshotSessionManager):
