@@ -198,8 +198,8 @@ def test_an_encrypted_store_seals_everything_and_resumes(backend: S3Store, root:
     keyring = Keyring.from_key(generate_key())
     agent = make_agent(Store(backend, root=root, keyring=keyring), "chat")
     agent("weather in the first city?")
-    listing = backend.client.list_objects_v2(Bucket=backend.bucket, Prefix=root + "/")["Contents"]
-    raw = b"".join(backend.client.get_object(Bucket=backend.bucket, Key=o["Key"])["Body"].read() for o in listing)
+    listing = list(backend.list(root + "/"))  # the store's own requests (its client reads LIST bodies itself)
+    raw = b"".join(backend.get(o.key).data for o in listing)
     assert len(listing) > 5 and b"weather" not in raw and b"City1" not in raw and b"SlidingWindow" not in raw
     assert make_agent(Store(backend, root=root, keyring=keyring), "chat").messages == agent.messages
 
