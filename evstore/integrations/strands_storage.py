@@ -21,17 +21,18 @@ every version, and with a keyring every snapshot is sealed. ``delete`` appends a
 ``{"name": NAME, "deleted": true}`` (the history stays: delete the evstore sessions, or
 crypto-shred them, where it must not).
 
-A read looks backwards from the head: the newest event naming the key answers it. A fresh
-handle reads the latest snapshot in 8 requests at any history length (opening the writer: the
-manifest, two LISTs, the head event; then that event through ``Store.replay``); a handle that
-read or wrote the directory before reads only what other writers appended since (one LIST when
-nothing). A write is one conditional PUT at the head this handle knows (exactly-once, as every
-evstore append): when another process wrote the directory meanwhile, ``WriteConflictError`` is
-raised and nothing is stored; the handle then re-reads the directory from its head at its next
-call. ``list`` reads every event of each directory it covers (one LIST finds the directories),
-so it costs what the directories' histories hold; Strands lists only for ``list_snapshot_ids``
-and ``delete_session``. A directory's session id must fit evstore's 128 characters (a key that
-does not raises ``StorageError``).
+A read looks backwards from the head: the newest event naming the key answers it. A fresh handle
+reads the latest snapshot in 9 requests at any history length (opening the writer: the manifest,
+two LISTs, the head event; then that event through ``Store.replay``: the manifest, its LISTs,
+the event); a handle that read or wrote the directory before reads only what other writers
+appended since (one LIST when nothing). A write is one conditional PUT at the head this handle
+knows (exactly-once, as every evstore append): when another process wrote the directory
+meanwhile, ``WriteConflictError`` is raised and nothing is stored, and every later write there
+raises it again (no request) until a read of the directory re-reads it from its head: a write
+made from what the other process replaced never lands. ``list`` reads every event of each
+directory it covers (one LIST finds the directories), so it costs what their histories hold;
+Strands lists only for ``list_snapshot_ids`` and ``delete_session``. A directory's session id
+must fit evstore's 128 characters (a key that does not raises ``StorageError``).
 
 ``EvstoreSnapshotSessionManager`` is Strands' ``SnapshotSessionManager`` that goes on after such
 a conflict: the agent call whose save lost raises ``WriteConflictError`` once; at the agent's
