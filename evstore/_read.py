@@ -125,8 +125,9 @@ _YIELD_EVERY = 256
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
 _TAIL_FIRST_PAGE = 64
-#: The loose tail after a chain of segments is guessed to be at most this many events (automatic
-#: compaction packs a young segment every 32 appends): on a read from the start whose first page
+#: The loose tail after a chain of segments is guessed to be at most this many events, or as many
+#: as the smallest segment holds (automatic compaction packs a young segment every 32 appends by
+#: default, every ``auto_compact`` appends where set): on a read from the start whose first page
 #: does not reach the tail, their GETs go out with the tail's LIST, so a resume does not wait for
 #: the LIST to learn their names. A GET past the head costs a request (a 404, 16 on average), never
 #: a round trip or a wrong answer: only seqs the LIST names are read.
@@ -1179,7 +1180,10 @@ def own_batches(
             # the manifest) that does not reach the tail, whose guessed GETs fit in the pool beside
             # the segment GETs and the LIST pages (else they would wait for a thread: no round won);
             # a read from a later seq guesses nothing, so it costs no more requests than a whole one
-            guessed = range(tail_start, tail_start + _GUESSED_TAIL if end is None else min(tail_start + _GUESSED_TAIL, end + 1))
+            # no more than the smallest segment holds: the tail of a writer that packs every k appends
+            # is shorter than k
+            length = min(_GUESSED_TAIL, *(last - first + 1 for first, last in loaded.meta.segments))
+            guessed = range(tail_start, tail_start + length if end is None else min(tail_start + length, end + 1))
             ctx.executor().submit(_send_guessed, ctx, sid, guessed, early)
 
         def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
