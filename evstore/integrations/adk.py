@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -489,13 +490,19 @@ class EvstoreSessionService(BaseSessionService):
             tail.updated = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
         return tail
 
-    def _chunks(self, evstore_id: str, head: int, first: int) -> Iterator[StoreEvent]:
-        """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``."""
+    def _chunks(self, evstore_id: str, head: int, first: int, uid: str | None = None) -> Iterator[StoreEvent]:
+        """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``;
+        with ``uid``, the state snapshots of every chunk read are kept (``_snapshot`` needs no request)."""
         end = head
         size = max(1, first)
         while end >= 1:
             start = max(1, end - size + 1)
-            yield from reversed(list(self.store.replay(evstore_id, start=start, end=end)))
+            chunk = list(self.store.replay(evstore_id, start=start, end=end))
+            for stored in chunk if uid is not None else ():
+                record = _record(stored)
+                if record is not None and isinstance(record.get("state"), dict):
+                    self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
+            yield from reversed(chunk)
             end = start - 1
             size = min(size * 2, 1024)
 
@@ -524,7 +531,12 @@ class EvstoreSessionService(BaseSessionService):
         tail = _Tail(writer.manifest.uid, writer.head)
         collecting = limit != 0
         first = (limit + 2) if limit is not None else 32
-        for stored in self._chunks(evstore_id, tail.head, first):
+        if collecting:
+            events = self._chunks(evstore_id, tail.head, first, tail.uid)
+        else:  # only the newest record is wanted: usually the head (one GET)
+            head_event = writer.head_event()
+            events = itertools.chain([head_event] if head_event else [], self._chunks(evstore_id, tail.head - 1, first, tail.uid))
+        for stored in events:
             record = _record(stored)
             if record is None:
                 continue
@@ -584,7 +596,8 @@ class EvstoreSessionService(BaseSessionService):
                 known = self._snapshots.get(f"{evstore_id}:{uid}:{head}")
             if known is not None:  # events never change: the head's snapshot read or written before
                 return writer, head, copy.deepcopy(known)
-            for stored in self._chunks(evstore_id, head, 1):
+            newest = writer.head_event()  # each record carries the whole state: the head's is it (one GET)
+            for stored in itertools.chain([newest] if newest is not None else [], self._chunks(evstore_id, head - 1, 1)):
                 record = _record(stored)
                 if record is not None and isinstance(record.get("state"), dict):
                     state = self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
