@@ -589,6 +589,22 @@ def test_recent_events_from_a_new_process_cost_the_same_at_any_session_length() 
     assert costs[0] == costs[1]
 
 
+@pytest.mark.parametrize("events", [10, 300])
+def test_a_new_process_reads_a_whole_session_for_what_a_replay_of_it_costs(events: int) -> None:
+    """One pass (``Store.resume``'s) gives the events and the writer: the requests of a replay,
+    and a LIST for each state log (none here), at 10 events as at 300."""
+    counting = CountingStore(MemoryStore())
+    service = EvstoreSessionService(Store(counting, root="root"))
+    session = _turns(service, new_session(service, state={"k": 1}), events)
+    counting.reset()
+    list(Store(counting, root="root").replay(service.session_evstore_id(APP, USER, session.id)))
+    replay = dict(counting.counts)
+    counting.reset()
+    found = get(EvstoreSessionService(Store(counting, root="root")), session)
+    assert found == session
+    assert dict(counting.counts) == {**replay, "LIST": replay["LIST"] + 2}
+
+
 def test_an_append_costs_the_same_at_any_session_length() -> None:
     costs = []
     for events in (10, 150):
@@ -696,6 +712,40 @@ def test_list_sessions_orders_by_last_update(service: EvstoreSessionService) -> 
     event.timestamp = newer.last_update_time + 10
     append(service, older, event)
     assert [s.id for s in run(service.list_sessions(app_name=APP)).sessions] == ["a", "b"]
+
+
+def listed(sessions: int, events: int) -> tuple[Store, CountingStore, EvstoreSessionService]:
+    """A service that made ``sessions`` sessions of the user, each ``events`` events long."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    service = EvstoreSessionService(store)
+    for i in range(sessions):
+        session = new_session(service, state={"k": i, "user:u": 1, "app:a": 1})
+        for j in range(events):
+            append(service, session, text_event(f"m{j}"))
+    return store, counting, service
+
+
+@pytest.mark.parametrize("sessions", [5, 30])
+def test_list_sessions_in_a_long_lived_service_costs_one_list_per_session(sessions: int) -> None:
+    """The ids (one LIST per 1,000), each session's catch-up, the app and the user state."""
+    _, counting, service = listed(sessions, 3)
+    counting.reset()
+    found = run(service.list_sessions(app_name=APP, user_id=USER)).sessions
+    assert sorted(s.state["k"] for s in found) == list(range(sessions))
+    assert all(s.state["app:a"] == s.state["user:u"] == 1 and not s.events for s in found)
+    assert counting.counts == {"LIST": sessions + 3}
+
+
+def test_list_sessions_from_a_new_process_costs_the_same_at_any_session_length() -> None:
+    costs = []
+    for events in (2, 100):
+        store, counting, _ = listed(4, events)
+        counting.reset()
+        found = run(EvstoreSessionService(store).list_sessions(app_name=APP, user_id=USER)).sessions
+        assert sorted(s.state["k"] for s in found) == list(range(4))
+        costs.append(dict(counting.counts))
+    assert costs[0] == costs[1]
 
 
 def test_list_sessions_does_not_list_deleted_sessions(service: EvstoreSessionService) -> None:
@@ -995,6 +1045,8 @@ def test_runner_rewind_is_an_evstore_retraction(store: Store) -> None:
 
     session = run(service.get_session(app_name=APP, user_id=USER, session_id="chat"))
     assert session is not None and session.state["last_answer"] == "one"
+    fresh = run(EvstoreSessionService(store).get_session(app_name=APP, user_id=USER, session_id="chat"))
+    assert fresh == session  # a new process reads the withdrawn events too
     assert [e.content.parts[0].text for e in _apply_rewinds(session.events) if e.content and e.content.parts] == ["first", "one"]
     context = [m["content"] for m in store.context(evstore_id, repair="none")]
     assert context[1:] == ["first", "one"]  # seq 1 is the creation record

@@ -120,6 +120,7 @@ from .. import (
 from .. import Event as StoreEvent
 from .. import Session as Writer
 from .. import SessionNotFoundError as StoreSessionNotFoundError
+from ._common import SessionLog
 from ._names import escape, unescape
 
 __all__ = [
@@ -247,7 +248,11 @@ def _event_text(event: Event) -> str | None:
 
 def _record(event: StoreEvent) -> dict[str, Any] | None:
     """This module's record in an evstore event, or None (a retraction, or a message someone else wrote)."""
-    messages = event.messages
+    return _record_in(event.messages)
+
+
+def _record_in(messages: list[Message]) -> dict[str, Any] | None:
+    """This module's record in an event's ``messages`` (``_record``)."""
     if len(messages) != 1:
         return None
     meta = messages[0].get("meta")
@@ -449,6 +454,25 @@ class EvstoreSessionService(BaseSessionService):
         known.add(seq, record)
         if record is not None and isinstance(record.get("state"), dict):
             self._remember_snapshot(f"{evstore_id}:{known.uid}:{seq}", record["state"])
+
+    def _resumed(self, evstore_id: str) -> tuple[Writer, _Known]:
+        """A new writer at the session's head and the session read whole with it, in one pass
+        (``SessionLog.resume``: the requests of a replay, the writer included), both kept. The
+        pass folds the context view, which leaves out what a retraction withdrew: a session
+        with a retraction (or an event of more than one message) is read again (``_read_known``).
+        Call under the id's stripe."""
+        log = SessionLog.resume(self.store, evstore_id)
+        writer = log.writer
+        with self._lock:
+            self._writers.remember(evstore_id, writer)
+        live = log.live
+        if [(position.seq, position.index) for position, _ in live] != [(seq, 0) for seq in range(1, writer.head + 1)]:
+            return writer, self._read_known(evstore_id, writer)
+        known = _Known(writer.manifest.uid)
+        for position, message in live:
+            self._fold(evstore_id, known, position.seq, _record_in([message]))
+        known.head = writer.head
+        return writer, self._keep(evstore_id, known)
 
     def _read_known(self, evstore_id: str, writer: Writer) -> _Known:
         """The session read whole, forwards (its segments: a few requests per 2,048 events), to
@@ -806,12 +830,19 @@ class EvstoreSessionService(BaseSessionService):
         limit = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
         with self._stripe(evstore_id):
+            with self._lock:
+                held = evstore_id in self._writers
             try:
-                writer, new = self._caught_up(evstore_id)
+                if not held and limit is None and after is None:  # the whole session is wanted: keep it
+                    writer, known = self._resumed(evstore_id)
+                    new = None
+                else:
+                    writer, new = self._caught_up(evstore_id)
+                    known = None
             except (StoreSessionNotFoundError, SessionExpiredError):
                 self._forget(evstore_id)
                 return None
-            known = self._known_at(evstore_id, writer, new)
+            known = known or self._known_at(evstore_id, writer, new)
             if known is None and limit is None and after is None:
                 known = self._read_known(evstore_id, writer)  # the whole session is wanted: keep it
             if known is not None:
