@@ -26,9 +26,23 @@ Layout (``prefix`` defaults to ``adk``; each name part is encoded as below):
   every other event the seq of the newest one that does (``meta.adk.state_at``).
   Reading a session's state costs its head event and at most one more.
 * ``<prefix>.a.<app>`` (``app:`` keys) and ``<prefix>.u.<app>.<user>``
-  (``user:`` keys): one event per state delta, carrying the delta and the whole
-  scoped state after it, appended at the head it was computed from (retried
+  (``user:`` keys): one event per state delta, carrying the delta, the whole
+  scoped state after it and the session record it came from (``source``, also
+  its idempotency key), appended at the head it was computed from (retried
   on a conflict), so concurrent writers never lose each other's keys.
+* The session record (of an event, or of the creation) is the commit point of
+  its ``app:`` and ``user:`` deltas too: it carries them (``meta.adk.scoped``,
+  with the heads of their logs this service held before it, below which no
+  record can have applied them), and they are applied to their logs after it,
+  once each: a record's deltas are looked for in its log from that head on, and
+  appended keyed by the record, so the appender and any number of readers
+  completing them race to one record. A record goes on top of another only once
+  that one's deltas are applied (``append_event`` completes them first when the
+  service cannot vouch for them), so only a session's newest record can have
+  deltas left undone (a crash between its PUT and theirs): ``get_session``,
+  ``list_sessions`` and the next ``append_event`` of that session complete them
+  before they answer. Until one of them does, another session of the same user
+  or app reads the state without them.
   ``temp:`` keys are never stored. Values are replaced whole; values that are
   not JSON are stored as their JSON form (``pydantic_core.to_jsonable_python``),
   or their ``str`` when they have none, as ADK's database services do.
@@ -50,7 +64,10 @@ Behaviour (ADK's documented contract and its own services'):
   only what came after it (``Session.catch_up``): a Runner's turn costs one LIST
   each for the session, its app and its user state when nothing new came, at
   any length, and a GET per event another process appended. A session it does
-  not hold is read forwards, segments and all; with
+  not hold is read forwards in one pass with its writer (``SessionLog.resume``:
+  what a replay of it costs, segments and all; a session with a retraction is
+  read again by ``replay``), and an app or user state log from its head event
+  (``Session.head_event``); with
   ``GetSessionConfig.num_recent_events`` or ``after_timestamp`` (inclusive) it
   is read backwards from the head in growing chunks (``store.replay(id,
   start=..., end=...)``): the requests grow with the events returned, not with
@@ -63,9 +80,10 @@ Behaviour (ADK's documented contract and its own services'):
   a session object overtaken by another append (another process, or another
   copy of the same revision) raises ``StaleSessionError`` and writes nothing.
   Exactly one of two racing appends from one revision wins. A session never
-  created, or deleted, raises ADK's ``SessionNotFoundError``. ``app:`` and
-  ``user:`` deltas are written after the event itself (a crash in between
-  loses them; the event keeps the delta).
+  created, or deleted, raises ADK's ``SessionNotFoundError``. An event's
+  ``app:`` and ``user:`` deltas are then applied to their logs at the heads the
+  service holds (a PUT each, no LIST; a conflict reads what came after it): see
+  the layout above for what a crash in between leaves, and who completes it.
 * An event with ``actions.rewind_before_invocation_id`` (``Runner.rewind_async``)
   is stored as any event, then followed by an evstore retraction
   (``Session.rewind``) to just before the invocation's first event, so
