@@ -380,7 +380,7 @@ class EvstoreSessionService(BaseSessionService):
         self._writers: _Lru[Writer] = _Lru()
         self._snapshots: _Lru[dict[str, Any]] = _Lru()  # "<id>:<uid>:<seq>" -> state stored at that event
         self._known: _Lru[_Known] = _Lru()  # ADK sessions read whole, at their writer's head
-        self._vouched: _Lru[bool] = _Lru()  # "<id>:<uid>:<seq>": records whose state deltas are applied (``_settle``)
+        self._vouched: _Lru[tuple[str, int]] = _Lru()  # id -> (uid, seq): its records to seq have their deltas applied
 
     def __repr__(self) -> str:
         return f"EvstoreSessionService({self.store!r}, prefix={self.prefix!r})"
@@ -757,11 +757,15 @@ class EvstoreSessionService(BaseSessionService):
     def _vouch(self, evstore_id: str, uid: str, seq: int) -> None:
         """Note that the session's records up to ``seq`` have their deltas in the app and user logs."""
         with self._lock:
-            self._vouched.remember(f"{evstore_id}:{uid}:{seq}", True)
+            vouched = self._vouched.get(evstore_id)
+            if vouched is None or vouched[0] != uid or vouched[1] < seq:
+                self._vouched.remember(evstore_id, (uid, seq))
 
     def _vouched_for(self, evstore_id: str, uid: str, seq: int) -> bool:
+        """Whether this service knows the session's records up to ``seq`` to have their deltas applied."""
         with self._lock:
-            return f"{evstore_id}:{uid}:{seq}" in self._vouched
+            vouched = self._vouched.get(evstore_id)
+        return vouched is not None and vouched[0] == uid and vouched[1] >= seq
 
     def _settle(
         self, app_name: str, user_id: str, evstore_id: str, uid: str, head: int, newest: tuple[int, dict[str, Any]] | None
