@@ -447,6 +447,23 @@ def test_a_kill_during_create_leaves_its_initial_app_and_user_state_to_the_next_
     assert [s.state for s in listed] == [{"app:a": 1, "user:u": 1, "k": 1}]
 
 
+def test_an_event_records_the_state_log_head_before_it_even_from_a_service_that_never_read_the_log() -> None:
+    """Completing its delta then searches only what came after that head, not the whole log."""
+    store = Store(MemoryStore(), root="root")
+    first = EvstoreSessionService(store)
+    session = new_session(first)
+    for i in range(12):
+        append(first, session, text_event(f"m{i}", state_delta={"user:n": i}))
+    append(first, session, text_event("no delta"))  # nothing for the other service to complete
+    user_log = first.user_state_evstore_id(APP, USER)
+    head = store.open(user_log).head
+    append(EvstoreSessionService(store), session, text_event("from another service", state_delta={"user:n": 99}))
+    evstore_id = first.session_evstore_id(APP, USER, session.id)
+    newest = list(store.replay(evstore_id))[-1].messages[0]["meta"]["adk"]
+    assert newest["scoped"] == {"app": {}, "user": {"n": 99}, "after": {"app": 0, "user": head}} and head == 12
+    assert run(EvstoreSessionService(store).get_user_state(app_name=APP, user_id=USER)) == {"n": 99}
+
+
 @pytest.mark.parametrize(
     ("delta", "puts"), [({"k": 1}, 1), ({"user:u": 1}, 2), ({"app:a": 1, "k": 1}, 2), ({"app:a": 1, "user:u": 1}, 3)]
 )

@@ -919,6 +919,12 @@ class EvstoreSessionService(BaseSessionService):
         dumped = _dump_event(event)
         marker = session._storage_update_marker
         parsed = _parse_marker(marker) if marker is not None else None
+        deltas = _split_state(event.actions.state_delta if event.actions else None)[:2]
+        for (_, scoped_id), delta in zip(self._scoped_logs(session.app_name, session.user_id), deltas, strict=True):
+            with self._lock:
+                held = scoped_id in self._writers
+            if delta and not held:  # hold its head before the record names it (``_scoped_part``)
+                self._scoped_state(scoped_id)
         for settled in (False, True):
             with self._stripe(evstore_id):
                 writer, uid, head, state_seq = self._revision(session, evstore_id, parsed)
