@@ -138,7 +138,7 @@ from .. import (
 from .. import Event as StoreEvent
 from .. import Session as Writer
 from .. import SessionNotFoundError as StoreSessionNotFoundError
-from ._common import SessionLog
+from ._common import SessionLog, meta_record
 from ._names import escape, unescape
 
 __all__ = [
@@ -271,13 +271,8 @@ def _record(event: StoreEvent) -> dict[str, Any] | None:
 
 def _record_in(messages: list[Message]) -> dict[str, Any] | None:
     """This module's record in an event's ``messages`` (``_record``)."""
-    if len(messages) != 1:
-        return None
-    meta = messages[0].get("meta")
-    record = meta.get(META_KEY) if isinstance(meta, dict) else None
-    if not isinstance(record, dict) or record.get("v") != RECORD_VERSION:
-        return None
-    return record
+    record = meta_record(messages[0], META_KEY) if len(messages) == 1 else None
+    return record if record is not None and record.get("v") == RECORD_VERSION else None
 
 
 def _stored_event(record: dict[str, Any], evstore_id: str, seq: int) -> Event:
