@@ -450,6 +450,9 @@ class AsyncSession:
     async def catch_up(self) -> list[Event]:
         return await self.astore.run(self._locked(self.session.catch_up))
 
+    async def head_event(self) -> Event | None:
+        return await self.astore.run(self._locked(self.session.head_event))
+
     async def fork(self, target: str, *, retention: Retention | None = None) -> AsyncSession:
         forked = await self.astore.run(self._locked(self.session.fork), target, retention=retention)
         return AsyncSession(self.astore, forked)

@@ -297,6 +297,19 @@ class Session:
             if start is None:
                 return events
 
+    def head_event(self) -> Event | None:
+        """The event at this writer's head (one GET), the one its next append continues: its hash
+        must be ``head_hash``, else ``IntegrityError``. None at seq 0, or below the session's first
+        own event (a fork's inherited head)."""
+        if self._head < _read.first_own_seq(self.manifest):
+            return None
+        data = _read.get_event_bytes(self._ctx, self.id, self._head)
+        raw = _read.decode_at(self._ctx, self.manifest, self._head, data) if data is not None else None
+        if raw is None or not self._same(raw.hash, self._head_hash):
+            raise IntegrityError(self.id, self._head, "the head event is not the one this writer continues")
+        self._verify(raw, None)
+        return _read.to_event(self._ctx, self.manifest, raw)
+
     def refresh(self) -> int:
         """Adopt events other writers appended since this writer's head; return the new head."""
         self._adopt_head()

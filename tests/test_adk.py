@@ -301,6 +301,187 @@ def test_concurrent_user_state_deltas_from_two_sessions_are_both_kept(every_back
     assert run(one.get_user_state(app_name=APP, user_id=USER)) == {"a": 1, "b": 2}
 
 
+# ---- app and user deltas commit with their event ------------------------------------------
+
+
+class Killed(BaseException):
+    """The process dies here (a BaseException: nothing in the service handles it)."""
+
+
+class KillAt(CountingStore):
+    """Kills the process at the first PUT of an event object into a log whose id matches ``pattern``
+    (before it is made), once armed."""
+
+    def __init__(self, inner: ObjectStore, pattern: str) -> None:
+        super().__init__(inner)
+        self.pattern = re.compile(pattern)
+        self.armed = False
+
+    def create(
+        self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
+    ) -> str:
+        if self.armed and re.search(r"/\d{20}$", key) and self.pattern.search(key):
+            self.armed = False
+            raise Killed(key)
+        return super().create(key, data, metadata=metadata, tags=tags)
+
+
+KILL_POINTS = {
+    "before the event": r"\.s\.",
+    "after the event, before the app delta": r"\.a\.",
+    "after the app delta, before the user delta": r"\.u\.",
+}
+
+
+def scoped_records(store: Store, evstore_id: str) -> list[dict[str, Any]]:
+    return [e.messages[0]["meta"]["adk"] for e in store.replay(evstore_id)]
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_a_kill_at_any_point_of_an_append_leaves_state_that_agrees_with_the_events(
+    point: str, every_backend: ObjectStore
+) -> None:
+    """The event is the commit point of its app: and user: deltas: once it is stored, a fresh
+    process reads them (completing what the kill left undone), and without it, neither."""
+    killer = KillAt(every_backend, KILL_POINTS[point])
+    dying = EvstoreSessionService(Store(killer, root="root"))
+    session = new_session(dying, state={"app:a": 0, "user:u": 0, "k": 0})
+    other = new_session(dying)  # another session of the same user
+    killer.armed = True
+    with pytest.raises(Killed):
+        append(dying, session, text_event("x", state_delta={"app:a": 1, "user:u": 1, "k": 1}))
+
+    fresh = EvstoreSessionService(Store(every_backend, root="root"))  # a new process
+    found = get(fresh, session)
+    assert found is not None
+    stored = texts(found) == ["x"]
+    assert stored == (point != "before the event")
+    expected = 1 if stored else 0
+    assert found.state == {"app:a": expected, "user:u": expected, "k": expected}
+    assert run(fresh.get_user_state(app_name=APP, user_id=USER)) == {"u": expected}
+    assert (get(fresh, other) or other).state == {"app:a": expected, "user:u": expected}
+    again = get(EvstoreSessionService(Store(every_backend, root="root")), session)
+    assert again is not None and again.state == found.state  # completed once, for good
+    store = Store(every_backend, root="root")
+    for scoped_id in (fresh.app_state_evstore_id(APP), fresh.user_state_evstore_id(APP, USER)):
+        deltas = [r["delta"] for r in scoped_records(store, scoped_id)]
+        assert len(deltas) == 1 + stored and deltas[0] in ({"a": 0}, {"u": 0})
+
+
+def test_a_kill_after_the_event_is_completed_by_the_next_append_as_by_a_read(backend: ObjectStore) -> None:
+    killer = KillAt(backend, r"\.u\.")
+    dying = EvstoreSessionService(Store(killer, root="root"))
+    session = new_session(dying)
+    killer.armed = True
+    with pytest.raises(Killed):
+        append(dying, session, text_event("x", state_delta={"user:u": 1}))
+    # an object made by hand at the stored revision (no marker): the append settles what it goes on top of
+    by_hand = Session(id=session.id, app_name=APP, user_id=USER, state={}, events=[])
+    by_hand.events.append(get_raw_event(backend, session, 2))
+    fresh = EvstoreSessionService(Store(backend, root="root"))
+    append(fresh, by_hand, text_event("y", state_delta={"user:v": 2}))
+    assert run(fresh.get_user_state(app_name=APP, user_id=USER)) == {"u": 1, "v": 2}
+
+
+def get_raw_event(backend: ObjectStore, session: Session, seq: int) -> Event:
+    store = Store(backend, root="root")
+    evstore_id = EvstoreSessionService(store).session_evstore_id(APP, USER, session.id)
+    record = next(iter(store.replay(evstore_id, start=seq, end=seq))).messages[0]["meta"]["adk"]
+    return Event.model_validate(record["event"])
+
+
+def test_two_processes_completing_one_delta_apply_it_once(every_backend: ObjectStore) -> None:
+    killer = KillAt(every_backend, r"\.u\.")
+    dying = EvstoreSessionService(Store(killer, root="root"))
+    session = new_session(dying)
+    append(dying, session, text_event("before", state_delta={"user:n": 1}))
+    killer.armed = True
+    with pytest.raises(Killed):
+        append(dying, session, text_event("x", state_delta={"user:n": 2}))
+    barrier = BarrierStore(every_backend, r"\.u\.[^/]*/\d{20}$")  # both completions' PUTs meet at one seq
+    one, two = (EvstoreSessionService(Store(barrier, root="root")) for _ in range(2))
+
+    async def race() -> list[Session | None]:
+        return list(
+            await asyncio.gather(
+                one.get_session(app_name=APP, user_id=USER, session_id=session.id),
+                two.get_session(app_name=APP, user_id=USER, session_id=session.id),
+            )
+        )
+
+    found = run(race())
+    assert [f.state if f else None for f in found] == [{"user:n": 2}] * 2
+    store = Store(every_backend, root="root")
+    deltas = [r["delta"] for r in scoped_records(store, one.user_state_evstore_id(APP, USER))]
+    assert deltas == [{"n": 1}, {"n": 2}]
+
+
+def test_completions_of_two_sessions_deltas_keep_both(every_backend: ObjectStore) -> None:
+    killer = KillAt(every_backend, r"\.u\.")
+    dying = EvstoreSessionService(Store(killer, root="root"))
+    first, second = new_session(dying), new_session(dying)
+    for session, key in ((first, "a"), (second, "b")):
+        killer.armed = True
+        with pytest.raises(Killed):
+            append(dying, session, text_event("x", state_delta={f"user:{key}": key}))
+    barrier = BarrierStore(every_backend, r"\.u\.[^/]*/\d{20}$")
+    one, two = (EvstoreSessionService(Store(barrier, root="root")) for _ in range(2))
+
+    async def race() -> None:
+        await asyncio.gather(
+            one.get_session(app_name=APP, user_id=USER, session_id=first.id),
+            two.get_session(app_name=APP, user_id=USER, session_id=second.id),
+        )
+
+    run(race())
+    assert run(one.get_user_state(app_name=APP, user_id=USER)) == {"a": "a", "b": "b"}
+
+
+def test_a_kill_during_create_leaves_its_initial_app_and_user_state_to_the_next_read(backend: ObjectStore) -> None:
+    killer = KillAt(backend, r"\.a\.")
+    dying = EvstoreSessionService(Store(killer, root="root"))
+    killer.armed = True
+    with pytest.raises(Killed):
+        new_session(dying, session_id="s", state={"app:a": 1, "user:u": 1, "k": 1})
+    listed = run(EvstoreSessionService(Store(backend, root="root")).list_sessions(app_name=APP, user_id=USER)).sessions
+    assert [s.state for s in listed] == [{"app:a": 1, "user:u": 1, "k": 1}]
+
+
+def test_an_event_records_the_state_log_head_before_it_even_from_a_service_that_never_read_the_log() -> None:
+    """Completing its delta then searches only what came after that head, not the whole log."""
+    store = Store(MemoryStore(), root="root")
+    first = EvstoreSessionService(store)
+    session = new_session(first)
+    for i in range(12):
+        append(first, session, text_event(f"m{i}", state_delta={"user:n": i}))
+    append(first, session, text_event("no delta"))  # nothing for the other service to complete
+    user_log = first.user_state_evstore_id(APP, USER)
+    head = store.open(user_log).head
+    append(EvstoreSessionService(store), session, text_event("from another service", state_delta={"user:n": 99}))
+    evstore_id = first.session_evstore_id(APP, USER, session.id)
+    newest = list(store.replay(evstore_id))[-1].messages[0]["meta"]["adk"]
+    assert newest["scoped"] == {"app": {}, "user": {"n": 99}, "after": {"app": 0, "user": head}} and head == 12
+    assert run(EvstoreSessionService(store).get_user_state(app_name=APP, user_id=USER)) == {"n": 99}
+
+
+@pytest.mark.parametrize(
+    ("delta", "puts"), [({"k": 1}, 1), ({"user:u": 1}, 2), ({"app:a": 1, "k": 1}, 2), ({"app:a": 1, "user:u": 1}, 3)]
+)
+def test_an_event_with_state_deltas_costs_its_put_and_one_per_scope_at_any_length(delta: dict[str, int], puts: int) -> None:
+    """A long-lived service appends the app or user delta at the head it holds: no LIST."""
+    costs = []
+    for events in (10, 300):
+        counting = CountingStore(MemoryStore())
+        service = EvstoreSessionService(Store(counting, root="root"))
+        session = _turns(service, new_session(service, state={"app:a": 0, "user:u": 0}), events)
+        counting.reset()
+        append(service, session, text_event("next", state_delta=delta))
+        costs.append(dict(counting.counts))
+        found = get(EvstoreSessionService(Store(counting, root="root")), session)
+        assert found is not None and found.state == {"app:a": 0, "user:u": 0} | delta
+    assert costs == [{"PUT": puts}] * 2
+
+
 # ---- get_session ------------------------------------------------------------------------
 
 
@@ -425,6 +606,22 @@ def test_recent_events_from_a_new_process_cost_the_same_at_any_session_length() 
     assert costs[0] == costs[1]
 
 
+@pytest.mark.parametrize("events", [10, 300])
+def test_a_new_process_reads_a_whole_session_for_what_a_replay_of_it_costs(events: int) -> None:
+    """One pass (``Store.resume``'s) gives the events and the writer: the requests of a replay,
+    and a LIST for each state log (none here), at 10 events as at 300."""
+    counting = CountingStore(MemoryStore())
+    service = EvstoreSessionService(Store(counting, root="root"))
+    session = _turns(service, new_session(service, state={"k": 1}), events)
+    counting.reset()
+    list(Store(counting, root="root").replay(service.session_evstore_id(APP, USER, session.id)))
+    replay = dict(counting.counts)
+    counting.reset()
+    found = get(EvstoreSessionService(Store(counting, root="root")), session)
+    assert found == session
+    assert dict(counting.counts) == {**replay, "LIST": replay["LIST"] + 2}
+
+
 def test_an_append_costs_the_same_at_any_session_length() -> None:
     costs = []
     for events in (10, 150):
@@ -532,6 +729,40 @@ def test_list_sessions_orders_by_last_update(service: EvstoreSessionService) -> 
     event.timestamp = newer.last_update_time + 10
     append(service, older, event)
     assert [s.id for s in run(service.list_sessions(app_name=APP)).sessions] == ["a", "b"]
+
+
+def listed(sessions: int, events: int) -> tuple[Store, CountingStore, EvstoreSessionService]:
+    """A service that made ``sessions`` sessions of the user, each ``events`` events long."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="root")
+    service = EvstoreSessionService(store)
+    for i in range(sessions):
+        session = new_session(service, state={"k": i, "user:u": 1, "app:a": 1})
+        for j in range(events):
+            append(service, session, text_event(f"m{j}"))
+    return store, counting, service
+
+
+@pytest.mark.parametrize("sessions", [5, 30])
+def test_list_sessions_in_a_long_lived_service_costs_one_list_per_session(sessions: int) -> None:
+    """The ids (one LIST per 1,000), each session's catch-up, the app and the user state."""
+    _, counting, service = listed(sessions, 3)
+    counting.reset()
+    found = run(service.list_sessions(app_name=APP, user_id=USER)).sessions
+    assert sorted(s.state["k"] for s in found) == list(range(sessions))
+    assert all(s.state["app:a"] == s.state["user:u"] == 1 and not s.events for s in found)
+    assert counting.counts == {"LIST": sessions + 3}
+
+
+def test_list_sessions_from_a_new_process_costs_the_same_at_any_session_length() -> None:
+    costs = []
+    for events in (2, 100):
+        store, counting, _ = listed(4, events)
+        counting.reset()
+        found = run(EvstoreSessionService(store).list_sessions(app_name=APP, user_id=USER)).sessions
+        assert sorted(s.state["k"] for s in found) == list(range(4))
+        costs.append(dict(counting.counts))
+    assert costs[0] == costs[1]
 
 
 def test_list_sessions_does_not_list_deleted_sessions(service: EvstoreSessionService) -> None:
@@ -831,6 +1062,8 @@ def test_runner_rewind_is_an_evstore_retraction(store: Store) -> None:
 
     session = run(service.get_session(app_name=APP, user_id=USER, session_id="chat"))
     assert session is not None and session.state["last_answer"] == "one"
+    fresh = run(EvstoreSessionService(store).get_session(app_name=APP, user_id=USER, session_id="chat"))
+    assert fresh == session  # a new process reads the withdrawn events too
     assert [e.content.parts[0].text for e in _apply_rewinds(session.events) if e.content and e.content.parts] == ["first", "one"]
     context = [m["content"] for m in store.context(evstore_id, repair="none")]
     assert context[1:] == ["first", "one"]  # seq 1 is the creation record

@@ -26,9 +26,23 @@ Layout (``prefix`` defaults to ``adk``; each name part is encoded as below):
   every other event the seq of the newest one that does (``meta.adk.state_at``).
   Reading a session's state costs its head event and at most one more.
 * ``<prefix>.a.<app>`` (``app:`` keys) and ``<prefix>.u.<app>.<user>``
-  (``user:`` keys): one event per state delta, carrying the delta and the whole
-  scoped state after it, appended at the head it was computed from (retried
+  (``user:`` keys): one event per state delta, carrying the delta, the whole
+  scoped state after it and the session record it came from (``source``, also
+  its idempotency key), appended at the head it was computed from (retried
   on a conflict), so concurrent writers never lose each other's keys.
+* The session record (of an event, or of the creation) is the commit point of
+  its ``app:`` and ``user:`` deltas too: it carries them (``meta.adk.scoped``,
+  with the heads of their logs this service held before it, below which no
+  record can have applied them), and they are applied to their logs after it,
+  once each: a record's deltas are looked for in its log from that head on, and
+  appended keyed by the record, so the appender and any number of readers
+  completing them race to one record. A record goes on top of another only once
+  that one's deltas are applied (``append_event`` completes them first when the
+  service cannot vouch for them), so only a session's newest record can have
+  deltas left undone (a crash between its PUT and theirs): ``get_session``,
+  ``list_sessions`` and the next ``append_event`` of that session complete them
+  before they answer. Until one of them does, another session of the same user
+  or app reads the state without them.
   ``temp:`` keys are never stored. Values are replaced whole; values that are
   not JSON are stored as their JSON form (``pydantic_core.to_jsonable_python``),
   or their ``str`` when they have none, as ADK's database services do.
@@ -50,7 +64,10 @@ Behaviour (ADK's documented contract and its own services'):
   only what came after it (``Session.catch_up``): a Runner's turn costs one LIST
   each for the session, its app and its user state when nothing new came, at
   any length, and a GET per event another process appended. A session it does
-  not hold is read forwards, segments and all; with
+  not hold is read forwards in one pass with its writer (``SessionLog.resume``:
+  what a replay of it costs, segments and all; a session with a retraction is
+  read again by ``replay``), and an app or user state log from its head event
+  (``Session.head_event``); with
   ``GetSessionConfig.num_recent_events`` or ``after_timestamp`` (inclusive) it
   is read backwards from the head in growing chunks (``store.replay(id,
   start=..., end=...)``): the requests grow with the events returned, not with
@@ -63,9 +80,10 @@ Behaviour (ADK's documented contract and its own services'):
   a session object overtaken by another append (another process, or another
   copy of the same revision) raises ``StaleSessionError`` and writes nothing.
   Exactly one of two racing appends from one revision wins. A session never
-  created, or deleted, raises ADK's ``SessionNotFoundError``. ``app:`` and
-  ``user:`` deltas are written after the event itself (a crash in between
-  loses them; the event keeps the delta).
+  created, or deleted, raises ADK's ``SessionNotFoundError``. An event's
+  ``app:`` and ``user:`` deltas are then applied to their logs at the heads the
+  service holds (a PUT each, no LIST; a conflict reads what came after it): see
+  the layout above for what a crash in between leaves, and who completes it.
 * An event with ``actions.rewind_before_invocation_id`` (``Runner.rewind_async``)
   is stored as any event, then followed by an evstore retraction
   (``Session.rewind``) to just before the invocation's first event, so
@@ -85,6 +103,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -119,6 +138,7 @@ from .. import (
 from .. import Event as StoreEvent
 from .. import Session as Writer
 from .. import SessionNotFoundError as StoreSessionNotFoundError
+from ._common import SessionLog, meta_record
 from ._names import escape, unescape
 
 __all__ = [
@@ -246,14 +266,13 @@ def _event_text(event: Event) -> str | None:
 
 def _record(event: StoreEvent) -> dict[str, Any] | None:
     """This module's record in an evstore event, or None (a retraction, or a message someone else wrote)."""
-    messages = event.messages
-    if len(messages) != 1:
-        return None
-    meta = messages[0].get("meta")
-    record = meta.get(META_KEY) if isinstance(meta, dict) else None
-    if not isinstance(record, dict) or record.get("v") != RECORD_VERSION:
-        return None
-    return record
+    return _record_in(event.messages)
+
+
+def _record_in(messages: list[Message]) -> dict[str, Any] | None:
+    """This module's record in an event's ``messages`` (``_record``)."""
+    record = meta_record(messages[0], META_KEY) if len(messages) == 1 else None
+    return record if record is not None and record.get("v") == RECORD_VERSION else None
 
 
 def _stored_event(record: dict[str, Any], evstore_id: str, seq: int) -> Event:
@@ -269,6 +288,11 @@ def _record_time(record: dict[str, Any], evstore_id: str, seq: int) -> float:
     if isinstance(time, bool) or not isinstance(time, int | float):
         raise IntegrityError(evstore_id, seq, "the ADK session record has no creation time")
     return float(time)
+
+
+def _scoped_source(evstore_id: str, uid: str, seq: int) -> str:
+    """The identity of a session record's ``app:``/``user:`` deltas in their logs (their idempotency key)."""
+    return f"adk-scoped:{evstore_id}:{uid}:{seq}"
 
 
 def _marker(uid: str, head: int, state_seq: int) -> str:
@@ -293,6 +317,7 @@ class _Tail:
         self.state: dict[str, Any] | None = None  # the snapshot, when the newest record carries it
         self.updated: float | None = None
         self.found_newest = False
+        self.newest: tuple[int, dict[str, Any]] | None = None  # the newest ADK record, by seq
 
 
 class _Known:
@@ -350,6 +375,7 @@ class EvstoreSessionService(BaseSessionService):
         self._writers: _Lru[Writer] = _Lru()
         self._snapshots: _Lru[dict[str, Any]] = _Lru()  # "<id>:<uid>:<seq>" -> state stored at that event
         self._known: _Lru[_Known] = _Lru()  # ADK sessions read whole, at their writer's head
+        self._vouched: _Lru[tuple[str, int]] = _Lru()  # id -> (uid, seq): its records to seq have their deltas applied
 
     def __repr__(self) -> str:
         return f"EvstoreSessionService({self.store!r}, prefix={self.prefix!r})"
@@ -442,6 +468,25 @@ class EvstoreSessionService(BaseSessionService):
         if record is not None and isinstance(record.get("state"), dict):
             self._remember_snapshot(f"{evstore_id}:{known.uid}:{seq}", record["state"])
 
+    def _resumed(self, evstore_id: str) -> tuple[Writer, _Known]:
+        """A new writer at the session's head and the session read whole with it, in one pass
+        (``SessionLog.resume``: the requests of a replay, the writer included), both kept. The
+        pass folds the context view, which leaves out what a retraction withdrew: a session
+        with a retraction (or an event of more than one message) is read again (``_read_known``).
+        Call under the id's stripe."""
+        log = SessionLog.resume(self.store, evstore_id)
+        writer = log.writer
+        with self._lock:
+            self._writers.remember(evstore_id, writer)
+        live = log.live
+        if [(position.seq, position.index) for position, _ in live] != [(seq, 0) for seq in range(1, writer.head + 1)]:
+            return writer, self._read_known(evstore_id, writer)
+        known = _Known(writer.manifest.uid)
+        for position, message in live:
+            self._fold(evstore_id, known, position.seq, _record_in([message]))
+        known.head = writer.head
+        return writer, self._keep(evstore_id, known)
+
     def _read_known(self, evstore_id: str, writer: Writer) -> _Known:
         """The session read whole, forwards (its segments: a few requests per 2,048 events), to
         ``writer``'s head, and kept."""
@@ -457,6 +502,7 @@ class EvstoreSessionService(BaseSessionService):
         if known.newest is not None:
             seq, record = known.newest
             tail.found_newest = True
+            tail.newest = known.newest
             if isinstance(record.get("state"), dict):
                 tail.state_seq, tail.state = seq, record["state"]
             else:
@@ -481,13 +527,19 @@ class EvstoreSessionService(BaseSessionService):
             tail.updated = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
         return tail
 
-    def _chunks(self, evstore_id: str, head: int, first: int) -> Iterator[StoreEvent]:
-        """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``."""
+    def _chunks(self, evstore_id: str, head: int, first: int, uid: str | None = None) -> Iterator[StoreEvent]:
+        """The session's events from ``head`` down to seq 1, read in chunks that double from ``first``;
+        with ``uid``, the state snapshots of every chunk read are kept (``_snapshot`` needs no request)."""
         end = head
         size = max(1, first)
         while end >= 1:
             start = max(1, end - size + 1)
-            yield from reversed(list(self.store.replay(evstore_id, start=start, end=end)))
+            chunk = list(self.store.replay(evstore_id, start=start, end=end))
+            for stored in chunk if uid is not None else ():
+                record = _record(stored)
+                if record is not None and isinstance(record.get("state"), dict):
+                    self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
+            yield from reversed(chunk)
             end = start - 1
             size = min(size * 2, 1024)
 
@@ -516,7 +568,12 @@ class EvstoreSessionService(BaseSessionService):
         tail = _Tail(writer.manifest.uid, writer.head)
         collecting = limit != 0
         first = (limit + 2) if limit is not None else 32
-        for stored in self._chunks(evstore_id, tail.head, first):
+        if collecting:
+            events = self._chunks(evstore_id, tail.head, first, tail.uid)
+        else:  # only the newest record is wanted: usually the head (one GET)
+            head_event = writer.head_event()
+            events = itertools.chain([head_event] if head_event else [], self._chunks(evstore_id, tail.head - 1, first, tail.uid))
+        for stored in events:
             record = _record(stored)
             if record is None:
                 continue
@@ -525,6 +582,7 @@ class EvstoreSessionService(BaseSessionService):
                 continue
             if not tail.found_newest:
                 tail.found_newest = True
+                tail.newest = (stored.seq, record)
                 tail.updated = _record_time(record, evstore_id, stored.seq) if kind == "session" else None
                 if isinstance(record.get("state"), dict):
                     tail.state_seq = stored.seq
@@ -575,7 +633,8 @@ class EvstoreSessionService(BaseSessionService):
                 known = self._snapshots.get(f"{evstore_id}:{uid}:{head}")
             if known is not None:  # events never change: the head's snapshot read or written before
                 return writer, head, copy.deepcopy(known)
-            for stored in self._chunks(evstore_id, head, 1):
+            newest = writer.head_event()  # each record carries the whole state: the head's is it (one GET)
+            for stored in itertools.chain([newest] if newest is not None else [], self._chunks(evstore_id, head - 1, 1)):
                 record = _record(stored)
                 if record is not None and isinstance(record.get("state"), dict):
                     state = self._remember_snapshot(f"{evstore_id}:{uid}:{stored.seq}", record["state"])
@@ -591,10 +650,52 @@ class EvstoreSessionService(BaseSessionService):
                 return False
         return False
 
-    def _update_scoped(self, evstore_id: str, kind: str, delta: dict[str, Any]) -> dict[str, Any]:
-        """Apply ``delta`` to the app or user state in ``evstore_id`` at its head; return the state after it."""
+    def _scoped_cached(self, evstore_id: str) -> tuple[Writer, int, dict[str, Any]] | None:
+        """(writer, head, state at that head) for an app or user state log from what this service
+        holds (no request), or None. The head may be behind: an append at it is conditional."""
+        with self._lock:
+            writer = self._writers.get(evstore_id)
+            state = self._snapshots.get(f"{evstore_id}:{writer.manifest.uid}:{writer.head}") if writer is not None else None
+        if writer is None or (state is None and writer.head):
+            return None
+        return writer, writer.head, copy.deepcopy(state or {})
+
+    def _applied(self, evstore_id: str, source: str, after: int, head: int) -> bool:
+        """Whether a record of the app or user state log ``evstore_id`` between ``after`` (exclusive)
+        and ``head`` applied the delta of ``source`` (read forwards: it usually follows ``after``)."""
+        start = after + 1
+        size = 8
+        while start <= head:
+            end = min(head, start + size - 1)
+            for stored in self.store.replay(evstore_id, start=start, end=end):
+                record = _record(stored)
+                if record is not None and record.get("source") == source:
+                    return True
+            start, size = end + 1, min(size * 2, 1024)
+        return False
+
+    def _update_scoped(self, evstore_id: str, kind: str, delta: dict[str, Any], source: str, after: int) -> dict[str, Any]:
+        """Apply ``delta``, the app or user part of the session record ``source`` names, to the
+        state in ``evstore_id`` at its head, once; return the state after it.
+
+        ``after``: a head of the log from before that record was written, so the delta is in no
+        record up to it. Once, whoever applies it (the appender, or readers completing it): the
+        records from ``after`` to the head this attempt starts at are searched for ``source``
+        (none when the head is ``after``), and the append is keyed by ``source``
+        (``idempotency_key``) at that head, so a racing appender of the same delta either takes
+        the seq first (its record is taken for this one: the same delta on the same state) or
+        is seen after the conflict (the writer knows the keys it caught up on).
+        The first attempt appends at the head this service holds without a request; a conflict
+        reads what came after it."""
+        held = self._scoped_cached(evstore_id)
+        searched = after
         for _ in range(_SCOPED_ATTEMPTS):
-            writer, head, current = self._scoped_state(evstore_id)
+            writer, head, current = held if held is not None else self._scoped_state(evstore_id)
+            held = None
+            if head > searched:
+                if self._applied(evstore_id, source, searched, head):
+                    return current  # the state at ``head``, after the delta
+                searched = head
             with self._stripe(evstore_id):
                 if writer is None:
                     try:
@@ -604,18 +705,86 @@ class EvstoreSessionService(BaseSessionService):
                     with self._lock:
                         self._writers.remember(evstore_id, writer)
                 state = {**current, **delta}
-                message: Message = {
-                    "role": "system",
-                    "content": None,
-                    "meta": {META_KEY: {"v": RECORD_VERSION, "kind": kind, "delta": delta, "state": state}},
-                }
+                record = {"v": RECORD_VERSION, "kind": kind, "delta": delta, "state": state, "source": source}
+                message: Message = {"role": "system", "content": None, "meta": {META_KEY: record}}
                 try:  # at the head ``current`` was read at: a change since then is a conflict
-                    seq = writer.append(message, expected_head=head)
+                    seq = writer.append(message, expected_head=head, idempotency_key=source)
                 except WriteConflictError:
                     continue  # another writer changed it: apply the delta to what it wrote
-                self._remember_snapshot(f"{evstore_id}:{writer.manifest.uid}:{seq}", state)
-                return copy.deepcopy(state)
+            if seq <= head:  # applied before, past ``searched``: by a racing appender this writer caught up on
+                return self._scoped_state(evstore_id)[2]
+            self._remember_snapshot(f"{evstore_id}:{writer.manifest.uid}:{seq}", state)
+            return copy.deepcopy(state)
         raise WriteConflictError(evstore_id, 0, f"{kind} kept changing under {_SCOPED_ATTEMPTS} attempts")
+
+    def _apply_scoped(self, app_name: str, user_id: str, source: str, scoped: object) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Apply a session record's ``scoped`` deltas (see ``_scoped_part``) to the app and user state
+        logs, once each; return (app state, user state) after them ({} for a scope it has no delta for)."""
+        parts: dict[str, Any] = scoped if isinstance(scoped, dict) else {}
+        bounds = parts.get("after")
+        after: dict[str, Any] = bounds if isinstance(bounds, dict) else {}
+        states: list[dict[str, Any]] = []
+        for scope, evstore_id in self._scoped_logs(app_name, user_id):
+            delta, floor = parts.get(scope), after.get(scope, 0)
+            if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+                floor = 0  # no usable bound: search the whole log
+            if isinstance(delta, dict) and delta:
+                states.append(self._update_scoped(evstore_id, f"{scope}_state", delta, source, floor))
+            else:
+                states.append({})
+        return states[0], states[1]
+
+    def _scoped_logs(self, app_name: str, user_id: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        """("app", its state log's id), ("user", its state log's id)."""
+        return ("app", self.app_state_evstore_id(app_name)), ("user", self.user_state_evstore_id(app_name, user_id))
+
+    def _scoped_part(self, app_name: str, user_id: str, app_delta: dict[str, Any], user_delta: dict[str, Any]) -> dict[str, Any]:
+        """What a session record carries of its ``app:`` and ``user:`` deltas (the commit point of
+        both): the deltas, and the heads of their logs this service holds (0 when it holds none),
+        before which no record can have applied them."""
+        after = {}
+        for scope, evstore_id in self._scoped_logs(app_name, user_id):
+            with self._lock:
+                writer = self._writers.get(evstore_id)
+            after[scope] = writer.head if writer is not None else 0
+        return {"app": app_delta, "user": user_delta, "after": after}
+
+    def _vouch(self, evstore_id: str, uid: str, seq: int) -> None:
+        """Note that the session's records up to ``seq`` have their deltas in the app and user logs."""
+        with self._lock:
+            vouched = self._vouched.get(evstore_id)
+            if vouched is None or vouched[0] != uid or vouched[1] < seq:
+                self._vouched.remember(evstore_id, (uid, seq))
+
+    def _vouched_for(self, evstore_id: str, uid: str, seq: int) -> bool:
+        """Whether this service knows the session's records up to ``seq`` to have their deltas applied."""
+        with self._lock:
+            vouched = self._vouched.get(evstore_id)
+        return vouched is not None and vouched[0] == uid and vouched[1] >= seq
+
+    def _settle(
+        self, app_name: str, user_id: str, evstore_id: str, uid: str, head: int, newest: tuple[int, dict[str, Any]] | None
+    ) -> None:
+        """Complete what a crash may have left undone in the session as of ``head``: the ``app:`` and
+        ``user:`` deltas of its ``newest`` ADK record (at or below ``head``), applied to their logs
+        once (``_update_scoped``), then vouch for ``head``. Only the newest record can need it: a
+        record goes on top of another only once that one's deltas are applied (``_append``).
+        Call outside the session's stripe (the state logs' are taken)."""
+        if self._vouched_for(evstore_id, uid, head):
+            return
+        if newest is not None and isinstance(newest[1].get("scoped"), dict):
+            seq, record = newest
+            if not self._vouched_for(evstore_id, uid, seq):
+                self._apply_scoped(app_name, user_id, _scoped_source(evstore_id, uid, seq), record["scoped"])
+        self._vouch(evstore_id, uid, head)
+
+    def _record_at(self, evstore_id: str, seq: int) -> tuple[int, dict[str, Any]] | None:
+        """The newest ``session`` or ``event`` record at or below ``seq``."""
+        for stored in self._chunks(evstore_id, seq, 2):
+            record = _record(stored)
+            if record is not None and record.get("kind") in ("event", "session"):
+                return stored.seq, record
+        return None
 
     def _states(self, app_name: str, user_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         app = self._scoped_state(self.app_state_evstore_id(app_name))[2]
@@ -641,6 +810,7 @@ class EvstoreSessionService(BaseSessionService):
     def _create(self, app_name: str, user_id: str, state: dict[str, Any] | None, session_id: str, now: float) -> Session:
         evstore_id = self.session_evstore_id(app_name, user_id, session_id)
         app_delta, user_delta, own = _split_state(state)
+        app, user = self._states(app_name, user_id)  # their heads bound where the deltas can be applied
         with self._stripe(evstore_id):
             try:
                 writer = self.store.create(evstore_id, retention=self.retention)
@@ -655,6 +825,8 @@ class EvstoreSessionService(BaseSessionService):
                 "time": now,
                 "state": own,
             }
+            if app_delta or user_delta:  # the commit point of these too: see ``_settle``
+                record["scoped"] = self._scoped_part(app_name, user_id, app_delta, user_delta)
             seq = writer.append({"role": "system", "content": None, "meta": {META_KEY: record}}, expected_head=writer.head)
             uid = writer.manifest.uid
             known = _Known(uid)
@@ -662,11 +834,10 @@ class EvstoreSessionService(BaseSessionService):
             with self._lock:
                 self._writers.remember(evstore_id, writer)
             self._keep(evstore_id, known)
-        app_id, user_state_id = self.app_state_evstore_id(app_name), self.user_state_evstore_id(app_name, user_id)
-        app = self._update_scoped(app_id, "app_state", app_delta) if app_delta else self._scoped_state(app_id)[2]
-        user = (
-            self._update_scoped(user_state_id, "user_state", user_delta) if user_delta else self._scoped_state(user_state_id)[2]
-        )
+        if "scoped" in record:
+            app_after, user_after = self._apply_scoped(app_name, user_id, _scoped_source(evstore_id, uid, seq), record["scoped"])
+            app, user = (app_after if app_delta else app), (user_after if user_delta else user)
+        self._vouch(evstore_id, uid, seq)
         session = Session(id=session_id, app_name=app_name, user_id=user_id, state=_merged(own, app, user), last_update_time=now)
         session._storage_update_marker = _marker(uid, seq, seq)
         return session
@@ -676,25 +847,32 @@ class EvstoreSessionService(BaseSessionService):
         limit = config.num_recent_events if config is not None else None
         after = config.after_timestamp if config is not None else None
         with self._stripe(evstore_id):
+            with self._lock:
+                held = evstore_id in self._writers
             try:
-                writer, new = self._caught_up(evstore_id)
+                if not held and limit is None and after is None:  # the whole session is wanted: keep it
+                    writer, known = self._resumed(evstore_id)
+                    new = None
+                else:
+                    writer, new = self._caught_up(evstore_id)
+                    known = None
             except (StoreSessionNotFoundError, SessionExpiredError):
                 self._forget(evstore_id)
                 return None
-            known = self._known_at(evstore_id, writer, new)
+            known = known or self._known_at(evstore_id, writer, new)
             if known is None and limit is None and after is None:
                 known = self._read_known(evstore_id, writer)  # the whole session is wanted: keep it
             if known is not None:
                 tail = self._tail_of(evstore_id, known, limit, after, writer.manifest.created)
             else:
                 tail = self._tail(evstore_id, writer, limit, after)  # a few recent events: read backwards
+        self._settle(app_name, user_id, evstore_id, tail.uid, tail.head, tail.newest)
         return self._session_from(app_name, user_id, session_id, evstore_id, tail)
 
     def _list(self, app_name: str, user_id: str | None) -> list[Session]:
         prefix = f"{self.prefix}.s.{encode_part(app_name)}." + (f"{encode_part(user_id)}." if user_id is not None else "")
         sessions: list[Session] = []
         scoped: dict[str, dict[str, Any]] = {}
-        app = self._scoped_state(self.app_state_evstore_id(app_name))[2]
         for evstore_id in list(self.store.list_sessions(prefix)):
             names = self._parse_session_id(evstore_id)
             if names is None or names[0] != app_name or (user_id is not None and names[1] != user_id):
@@ -711,18 +889,15 @@ class EvstoreSessionService(BaseSessionService):
                     tail = self._tail_of(evstore_id, known, 0, None, writer.manifest.created)
                 else:
                     tail = self._tail(evstore_id, writer, 0, None)
+            self._settle(app_name, user, evstore_id, tail.uid, tail.head, tail.newest)
             own = tail.state if tail.state is not None else self._snapshot(evstore_id, tail.uid, tail.state_seq)
-            if user not in scoped:
-                scoped[user] = self._scoped_state(self.user_state_evstore_id(app_name, user))[2]
-            session = Session(
-                id=sid,
-                app_name=app_name,
-                user_id=user,
-                state=_merged(own, app, scoped[user]),
-                last_update_time=tail.updated or 0.0,
-            )
-            session._storage_update_marker = _marker(tail.uid, tail.head, tail.state_seq)
-            sessions.append(session)
+            sessions.append(Session(id=sid, app_name=app_name, user_id=user, state=own, last_update_time=tail.updated or 0.0))
+            sessions[-1]._storage_update_marker = _marker(tail.uid, tail.head, tail.state_seq)
+        app = self._scoped_state(self.app_state_evstore_id(app_name))[2]  # after every session's deltas are settled
+        for session in sessions:
+            if session.user_id not in scoped:
+                scoped[session.user_id] = self._user_state(app_name, session.user_id)
+            session.state = _merged(session.state, app, scoped[session.user_id])
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return sessions
 
@@ -736,67 +911,105 @@ class EvstoreSessionService(BaseSessionService):
     def _append(self, session: Session, event: Event) -> str:
         """Store ``event`` for ``session`` at the revision its marker names; return the new marker."""
         evstore_id = self.session_evstore_id(session.app_name, session.user_id, session.id)
-        app_delta, user_delta, own_delta = _split_state(event.actions.state_delta if event.actions else None)
         dumped = _dump_event(event)
-        role = "user" if event.author == "user" else "assistant"
         marker = session._storage_update_marker
         parsed = _parse_marker(marker) if marker is not None else None
-        with self._stripe(evstore_id):
+        deltas = _split_state(event.actions.state_delta if event.actions else None)[:2]
+        for (_, scoped_id), delta in zip(self._scoped_logs(session.app_name, session.user_id), deltas, strict=True):
             with self._lock:
-                writer = self._writers.get(evstore_id)
-            if writer is None or parsed is None or parsed[:2] != (writer.manifest.uid, writer.head):
-                # not the revision the cached writer is at (or none cached): catch up to learn the head;
-                # at it, the append is its PUT alone (a delete meanwhile meets its fence there)
-                try:
-                    writer, new = self._caught_up(evstore_id)
-                except (StoreSessionNotFoundError, SessionExpiredError):
-                    self._forget(evstore_id)
-                    raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
-                self._known_at(evstore_id, writer, new)
-            uid, head = writer.manifest.uid, writer.head
-            if parsed is not None:
-                if parsed[0] != uid:  # an object of a session since deleted and created again
-                    raise StaleSessionError(evstore_id, head + 1)
-                if parsed[1] != head:
-                    raise StaleSessionError(evstore_id, parsed[1] + 1)
-                state_seq = parsed[2]
-            else:  # an object this service did not make: accept it if its last event is the stored head's
-                tail = self._tail(evstore_id, writer, 1, None)
-                stored_last = tail.events[0].id if tail.events else None
-                if stored_last != (session.events[-1].id if session.events else None):
-                    raise StaleSessionError(evstore_id, head + 1)
-                state_seq = tail.state_seq
-            record: dict[str, Any] = {"v": RECORD_VERSION, "kind": "event", "event": dumped}
-            new_state: dict[str, Any] | None = None
-            if own_delta:
-                new_state = {**self._snapshot(evstore_id, uid, state_seq), **own_delta}
-                record["state"] = new_state
-            else:
-                record["state_at"] = state_seq
-            message: Message = {"role": role, "content": _event_text(event), "meta": {META_KEY: record}}
-            try:  # the event id keys the append: a retry that finds it landed gets its seq, writes nothing
-                seq = writer.append(message, expected_head=head, idempotency_key=f"adk-event:{event.id}" if event.id else None)
-            except WriteConflictError:
-                raise StaleSessionError(evstore_id, head + 1) from None
-            except StoreSessionNotFoundError:
+                held = scoped_id in self._writers
+            if delta and not held:  # hold its head before the record names it (``_scoped_part``)
+                self._scoped_state(scoped_id)
+        for settled in (False, True):
+            with self._stripe(evstore_id):
+                writer, uid, head, state_seq = self._revision(session, evstore_id, parsed)
+                if settled or not head or self._vouched_for(evstore_id, uid, head):
+                    seq, record, new_marker = self._write_event(session, event, evstore_id, writer, head, state_seq, dumped)
+                    new_head = writer.head
+                    break
+            # a record goes on top of others only once their deltas are in the app and user logs
+            try:
+                newest = self._record_at(evstore_id, head)
+            except (StoreSessionNotFoundError, SessionExpiredError):
                 self._forget(evstore_id)
                 raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
-            with self._lock:
-                known = self._known.get(evstore_id)
-            if known is not None and known.uid == uid and known.head == seq - 1:
-                self._fold(evstore_id, known, seq, record)
-            if new_state is not None:
-                state_seq = seq
-                self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", new_state)
-            rewound = event.actions.rewind_before_invocation_id if event.actions else None
-            if rewound:
-                self._retract(evstore_id, writer, rewound, seq)
-            new_marker = _marker(uid, writer.head, state_seq)
-        if app_delta:
-            self._update_scoped(self.app_state_evstore_id(session.app_name), "app_state", app_delta)
-        if user_delta:
-            self._update_scoped(self.user_state_evstore_id(session.app_name, session.user_id), "user_state", user_delta)
+            self._settle(session.app_name, session.user_id, evstore_id, uid, head, newest)
+        if "scoped" in record:
+            self._apply_scoped(session.app_name, session.user_id, _scoped_source(evstore_id, uid, seq), record["scoped"])
+        self._vouch(evstore_id, uid, new_head)
         return new_marker
+
+    def _revision(self, session: Session, evstore_id: str, parsed: tuple[str, int, int] | None) -> tuple[Writer, str, int, int]:
+        """(writer, uid, head, state seq) of the stored revision ``session`` was read at (its marker,
+        ``parsed``); ``StaleSessionError`` when it is not the stored head. Call under the id's stripe."""
+        with self._lock:
+            writer = self._writers.get(evstore_id)
+        if writer is None or parsed is None or parsed[:2] != (writer.manifest.uid, writer.head):
+            # not the revision the cached writer is at (or none cached): catch up to learn the head;
+            # at it, the append is its PUT alone (a delete meanwhile meets its fence there)
+            try:
+                writer, new = self._caught_up(evstore_id)
+            except (StoreSessionNotFoundError, SessionExpiredError):
+                self._forget(evstore_id)
+                raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+            self._known_at(evstore_id, writer, new)
+        uid, head = writer.manifest.uid, writer.head
+        if parsed is not None:
+            if parsed[0] != uid:  # an object of a session since deleted and created again
+                raise StaleSessionError(evstore_id, head + 1)
+            if parsed[1] != head:
+                raise StaleSessionError(evstore_id, parsed[1] + 1)
+            return writer, uid, head, parsed[2]
+        # an object this service did not make: accept it if its last event is the stored head's
+        tail = self._tail(evstore_id, writer, 1, None)
+        stored_last = tail.events[0].id if tail.events else None
+        if stored_last != (session.events[-1].id if session.events else None):
+            raise StaleSessionError(evstore_id, head + 1)
+        return writer, uid, head, tail.state_seq
+
+    def _write_event(
+        self,
+        session: Session,
+        event: Event,
+        evstore_id: str,
+        writer: Writer,
+        head: int,
+        state_seq: int,
+        dumped: dict[str, Any],
+    ) -> tuple[int, dict[str, Any], str]:
+        """Append ``event``'s record (``dumped``: the event as JSON) at ``head``; return (its seq, the
+        record, the new marker). Call under the id's stripe."""
+        uid = writer.manifest.uid
+        app_delta, user_delta, own_delta = _split_state(event.actions.state_delta if event.actions else None)
+        role = "user" if event.author == "user" else "assistant"
+        record: dict[str, Any] = {"v": RECORD_VERSION, "kind": "event", "event": dumped}
+        new_state: dict[str, Any] | None = None
+        if own_delta:
+            new_state = {**self._snapshot(evstore_id, uid, state_seq), **own_delta}
+            record["state"] = new_state
+        else:
+            record["state_at"] = state_seq
+        if app_delta or user_delta:  # the commit point of these too: see ``_settle``
+            record["scoped"] = self._scoped_part(session.app_name, session.user_id, app_delta, user_delta)
+        message: Message = {"role": role, "content": _event_text(event), "meta": {META_KEY: record}}
+        try:  # the event id keys the append: a retry that finds it landed gets its seq, writes nothing
+            seq = writer.append(message, expected_head=head, idempotency_key=f"adk-event:{event.id}" if event.id else None)
+        except WriteConflictError:
+            raise StaleSessionError(evstore_id, head + 1) from None
+        except StoreSessionNotFoundError:
+            self._forget(evstore_id)
+            raise SessionNotFoundError(evstore_id, f"Session {session.id} not found.") from None
+        with self._lock:
+            known = self._known.get(evstore_id)
+        if known is not None and known.uid == uid and known.head == seq - 1:
+            self._fold(evstore_id, known, seq, record)
+        if new_state is not None:
+            state_seq = seq
+            self._remember_snapshot(f"{evstore_id}:{uid}:{seq}", new_state)
+        rewound = event.actions.rewind_before_invocation_id if event.actions else None
+        if rewound:
+            self._retract(evstore_id, writer, rewound, seq)
+        return seq, record, _marker(uid, writer.head, state_seq)
 
     def _retract(self, evstore_id: str, writer: Writer, invocation_id: str, seq: int) -> None:
         """Withdraw from evstore's context view every event from the invocation's first one to ``seq``."""
