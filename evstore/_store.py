@@ -37,18 +37,12 @@ if TYPE_CHECKING:
     from . import _audit, _fleet, _proofs, _retention
     from ._audit import Audit, RekeyResult, ShredResult
     from ._fleet import SessionVerdict
-    from ._proofs import ConsistencyProof, InclusionProof, TreeHead
+    from ._proofs import ConsistencyProof, InclusionProof, TreeCheck, TreeHead
     from ._retention import ExpiringObject, GcReport, OnRemove
 else:  # audit, proofs and gc load on first use: most processes only read and append
     _audit, _fleet, _proofs, _retention = (LazyModule(f"evstore.{m}") for m in ("_audit", "_fleet", "_proofs", "_retention"))
 
-__all__ = [
-    "DeleteResult",
-    "Session",
-    "SessionInfo",
-    "Store",
-    "VerifyResult",
-]
+__all__ = ["DeleteResult", "Session", "SessionInfo", "Store", "VerifyResult"]
 
 
 class Store:
@@ -204,17 +198,23 @@ class Store:
         """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt."""
         return _audit.verify(self.shared, session_id, expect=expect)
 
-    def tree_head(self, session_id: str, *, size: int | None = None) -> TreeHead:
-        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all by default); no key needed."""
-        return _proofs.tree_head(self.shared, session_id, size)
+    def verify_tree(self, session_id: str, expected: TreeHead, *, full: bool = False) -> TreeCheck:
+        """That the session still extends ``expected``: a consistency proof from checkpoint objects (a few requests)."""
+        return _proofs.verify_tree(self.shared, session_id, expected, full=full)
 
-    def prove(self, session_id: str, seq: int, *, size: int | None = None) -> InclusionProof:
+    def tree_head(self, session_id: str, *, size: int | None = None, checkpoint: bool = False) -> TreeHead:
+        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all; ``checkpoint``: the newest checkpoint's)."""
+        return _proofs.tree_head(self.shared, session_id, size, checkpoint=checkpoint)
+
+    def prove(self, session_id: str, seq: int, *, size: int | None = None, checkpoint: bool = False) -> InclusionProof:
         """That event ``seq`` is in the tree of the first ``size`` events: O(log n) hashes (``check_proof``)."""
-        return _proofs.prove(self.shared, session_id, seq, size)
+        return _proofs.prove(self.shared, session_id, seq, size, checkpoint=checkpoint)
 
-    def prove_consistency(self, session_id: str, old_size: int, *, size: int | None = None) -> ConsistencyProof:
-        """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s)."""
-        return _proofs.prove_consistency(self.shared, session_id, old_size, size)
+    def prove_consistency(
+        self, session_id: str, old_size: int, *, size: int | None = None, checkpoint: bool = False
+    ) -> ConsistencyProof:
+        """That the tree of the first ``old_size`` events is a prefix of today's (``size``'s; the checkpoint's)."""
+        return _proofs.prove_consistency(self.shared, session_id, old_size, size, checkpoint=checkpoint)
 
     def verify_all(self, *, prefix: str = "", since: datetime | None = None, start_after: str = "") -> Iterator[SessionVerdict]:
         """``verify`` of every session (``prefix``; ``since``: only those written to since), a few
