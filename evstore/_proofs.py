@@ -207,13 +207,22 @@ def _stored(
     leaves: Sequence[int] = (),
     prefixes: Sequence[int] = (),
 ) -> tuple[StoredTree | None, str]:
-    """``stored_tree`` for a session: its manifest and listing (``_read.load``), side by side with
-    the LIST of its checkpoint names."""
-    listed = ctx.executor().submit(checkpoint_sizes, ctx, session_id)
+    """``stored_tree`` for a session, in two rounds: its manifest GET, the LIST of its tombstone
+    (a deleted session is refused as every read refuses it) and the LIST of its checkpoint names,
+    side by side; then the checkpoint objects and the events they are tied to. Not the listing of
+    all its other objects, which grows with its length."""
+    pool = ctx.executor()
+    listed = pool.submit(checkpoint_sizes, ctx, session_id)
+    tombstone = pool.submit(ctx.backend.list_page, ctx.layout.tombstone_key(session_id), max_keys=1)
     try:
-        loaded = _read.load(ctx, session_id)
+        found = _read.read_manifest(ctx, session_id)
     finally:
-        sizes = listed.result()
+        sizes, marked = listed.result(), bool(tombstone.result().objects)
+    if found is None:
+        raise _read.gone(ctx, session_id)
+    loaded = _read.Loaded(*found, _read.Meta(tombstone=marked))
+    if marked and _read.tombstoned(ctx, loaded.manifest, loaded.meta):
+        raise _read.deleted(ctx, loaded.manifest, loaded.meta)
     return stored_tree(ctx, loaded, sizes, least=least, tie=tie, leaves=leaves, prefixes=prefixes)
 
 

@@ -186,6 +186,7 @@ def test_writer_may_create_only_events_manifests_fork_markers_and_segments() -> 
             sessions + "*/forks/*",
             sessions + "*/segments/*",
             sessions + "*/young/*",
+            sessions + "*/ztree/*",
         ]
     )
     (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObject"]
