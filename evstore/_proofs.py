@@ -118,7 +118,8 @@ def checkpoint_sizes(ctx: StoreContext, session_id: str) -> list[int]:
     """The sizes of the session's newest checkpoint objects, newest first: one LIST."""
     prefix = ctx.layout.session_prefix(session_id)
     page = ctx.backend.list_page(ctx.layout.tree_prefix(session_id), max_keys=_CANDIDATES)
-    return [size for info in page.objects if (size := parse_tree(info.key[len(prefix) :])) is not None]
+    names = (parse_tree(info.key[len(prefix) :]) for info in page.objects)
+    return [size for size in names if size is not None and size % _tree.TILE == 0]  # none is written at another size
 
 
 def stored_tree(
@@ -241,7 +242,8 @@ def tree_head(ctx: StoreContext, session_id: str, size: int | None = None, *, ch
 
 def prove(ctx: StoreContext, session_id: str, seq: int, size: int | None = None, *, checkpoint: bool = False) -> InclusionProof:
     """That event ``seq`` is in the tree of the first ``size`` events (all by default; with
-    ``checkpoint``, the newest checkpoint's), from checkpoint objects where they serve."""
+    ``checkpoint``, the newest checkpoint's), from checkpoint objects where they serve; else from
+    every event, in the tree of ``size`` (all events when it is not given)."""
     if size is not None or checkpoint:
         least = max(seq, size or 1)
         tie = [seq - 1] + ([size - 1] if size else [])
@@ -274,7 +276,7 @@ def prove_consistency(
 ) -> ConsistencyProof:
     """That the tree of the first ``old_size`` events is a prefix of the tree of ``new_size``
     (all by default; with ``checkpoint``, the newest checkpoint's), from checkpoint objects
-    where they serve."""
+    where they serve; else from every event, in the tree of ``new_size`` (all when not given)."""
     if new_size is not None or checkpoint:
         least = max(old_size, new_size or 1)
         stored, _ = _stored(
@@ -335,7 +337,9 @@ def verify_tree(ctx: StoreContext, session_id: str, expected: TreeHead, *, full:
     derived data, so a "yes" from them is as good as they are; a "no" is never taken from them."""
     if expected.session_id != session_id:
         raise InvalidInputError(f"the tree head is of session {expected.session_id!r}, not {session_id!r}")
-    old_root = bytes.fromhex(expected.root)
+    old_root = _hashes([expected.root])
+    if old_root is None or expected.size < 1:
+        raise InvalidInputError("not a tree head: its size is below 1 or its root is not 64 lowercase hex digits")
     fallback = ""
     if not full:
         stored, fallback = _stored(ctx, session_id, least=expected.size, prefixes=[expected.size])
@@ -350,7 +354,7 @@ def verify_tree(ctx: StoreContext, session_id: str, expected: TreeHead, *, full:
         raise IntegrityError(session_id, None, f"has {len(found)} events, fewer than the tree head's {expected.size} (truncated)")
     path = _merkle.consistency_proof(expected.size, found)
     new_root = _merkle.root(found)
-    if not _merkle.check_consistency(expected.size, len(found), old_root, new_root, path):
+    if not _merkle.check_consistency(expected.size, len(found), old_root[0], new_root, path):
         raise IntegrityError(session_id, None, f"does not extend the tree head of {expected.size} events (history rewritten)")
     proof = ConsistencyProof(session_id, expected.size, len(found), expected.root, new_root.hex(), [p.hex() for p in path])
     return TreeCheck(session_id, expected, TreeHead(session_id, len(found), new_root.hex()), proof, False, fallback)

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 from evstore_cli import cli
 
-from evstore import IntegrityError, LocalStore, MemoryStore, Store, check_proof
+from evstore import IntegrityError, InvalidInputError, LocalStore, MemoryStore, Store, check_proof
 from evstore._backends import ObjectStore, StoredObject
 from evstore._merkle import check_consistency, check_inclusion, consistency_path, inclusion_path, root
 from evstore._proofs import TreeHead
@@ -196,6 +196,9 @@ def test_a_tree_head_the_session_does_not_extend_is_refused_after_reading_every_
         store.verify_tree("s", TreeHead("s", 700, honest.root))
     with pytest.raises(IntegrityError):
         store.verify_tree("s", TreeHead("s", 300, store.tree_head("s", size=301).root))
+    for malformed in (TreeHead("s", 300, honest.root.upper()), TreeHead("s", 0, honest.root), TreeHead("t", 300, honest.root)):
+        with pytest.raises(InvalidInputError):
+            store.verify_tree("s", malformed)
 
 
 def test_a_rewritten_event_is_seen_by_the_full_check_only(tmp_path: Path) -> None:
@@ -211,6 +214,58 @@ def test_a_rewritten_event_is_seen_by_the_full_check_only(tmp_path: Path) -> Non
     assert store.verify_tree("s", expected).stored  # the limit of the stored check, as documented
     with pytest.raises(IntegrityError):
         store.verify_tree("s", expected, full=True)
+
+
+@pytest.mark.parametrize("length", [300, 5000])
+def test_proofs_from_checkpoint_objects_take_a_handful_of_requests_and_hold(length: int) -> None:
+    inner = MemoryStore()
+    written(Store(inner, root="r"), "s", length)
+    counting = CountingStore(inner)
+    store = Store(counting, root="r")
+    newest = length // TILE * TILE
+    trusted = Store(inner, root="r").tree_head("s", size=newest)
+    for seq in (1, 200, newest):
+        counting.reset()
+        proof = store.prove("s", seq, checkpoint=True)
+        assert proof.size == newest and check_proof(proof, trusted)
+        # manifest, 1 or 2 checkpoint objects, the proven event and the event at the checkpoint
+        assert counting.counts["LIST"] == 2 and counting.counts["GET"] <= 5
+    counting.reset()
+    consistency = store.prove_consistency("s", 100, checkpoint=True)
+    assert consistency.new_size == newest and check_proof(consistency, Store(inner, root="r").tree_head("s", size=100))
+    assert counting.counts["LIST"] == 2 and counting.counts["GET"] <= 4
+
+
+def test_a_forks_writer_that_resumed_writes_checkpoint_objects_over_its_inherited_events() -> None:
+    store = Store(MemoryStore(), root="r")
+    written(store, "p", 300)
+    store.fork("p", "c", at=200)
+    writer, _ = store.resume("c")
+    for i in range(400):
+        writer.append(msg(f"c{i}"))
+    assert [info.key for info in store.backend.list("r/sessions/c/ztree/")] == [
+        store.layout.tree_key("c", 512),
+        store.layout.tree_key("c", 256),
+    ]
+    check = store.verify_tree("c", store.tree_head("c", size=150))  # inside the parent's events
+    assert check.stored and check.tree_head == store.tree_head("c", size=512)
+
+
+def test_reads_never_list_checkpoint_objects() -> None:
+    """They sort after young/: a session's listing of its other objects stops there, so even
+    thousands of them (planted, or a long session's) cost a read no LIST page."""
+    inner = MemoryStore()
+    store = Store(inner, root="r")
+    written(store, "s", 40)
+    counting = CountingStore(inner)
+    reader = Store(counting, root="r")
+    assert len(reader.context("s")) == 40
+    before = dict(counting.counts)
+    for size in range(1, 2501):
+        inner.create(store.layout.tree_key("s", size * TILE), b"junk")
+    counting.reset()
+    assert len(reader.context("s")) == 40
+    assert dict(counting.counts) == before
 
 
 # ---- forged and planted checkpoint objects ---------------------------------------------------------
