@@ -1,0 +1,113 @@
+"""LIST bodies read by evstore itself (``_backends/_s3_listing.py``): the same page botocore reads,
+for less CPU; anything it does not read exactly goes to botocore."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import boto3
+import pytest
+
+from evstore._backends._s3 import _LISTED, S3Store, _parse_timestamp, _read_list_body
+from evstore._backends._s3_listing import ListedPage, parse_list_body
+
+NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+
+
+def body(contents: str, *, truncated: str = "false", encoding: str = "<EncodingType>url</EncodingType>", ns: str = NS) -> bytes:
+    head = f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult {ns}><IsTruncated>{truncated}</IsTruncated>'
+    return f"{head}{contents}{encoding}</ListBucketResult>".encode()
+
+
+def item(key: str, *, size: str = "12", modified: str = "2026-12-04T10:00:00.123Z") -> str:
+    return (
+        f"<Contents><Key>{key}</Key><LastModified>{modified}</LastModified><ETag>&quot;abc&quot;</ETag>"
+        f"<Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+    )
+
+
+def test_a_page_reads_as_its_objects_prefixes_and_truncation() -> None:
+    prefixes = "<CommonPrefixes><Prefix>r/sessions/b/</Prefix></CommonPrefixes>"
+    page = parse_list_body(body(item("r/sessions/a/00000000000000000001") + prefixes, truncated="true"), _parse_timestamp)
+    assert page is not None
+    assert [(o.key, o.size, o.etag) for o in page.objects] == [("r/sessions/a/00000000000000000001", 12, '"abc"')]
+    assert page.objects[0].last_modified == datetime.datetime(2026, 12, 4, 10, 0, 0, 123000, tzinfo=datetime.UTC)
+    assert page.prefixes == ["r/sessions/b/"]
+    assert page.truncated is True
+
+
+def test_url_encoded_keys_and_prefixes_are_decoded_as_botocore_decodes_them() -> None:
+    page = parse_list_body(
+        body(item("a+b%2Bc%26%3C%25%E2%9C%93") + "<CommonPrefixes><Prefix>p%20q/</Prefix></CommonPrefixes>"), _parse_timestamp
+    )
+    assert page is not None
+    assert page.objects[0].key == "a b+c&<%\u2713"
+    assert page.prefixes == ["p q/"]
+
+
+def test_without_url_encoding_keys_are_taken_as_the_xml_says() -> None:
+    page = parse_list_body(body(item("a+b&amp;c"), encoding="", ns=""), _parse_timestamp)
+    assert page is not None and page.objects[0].key == "a+b&c"
+
+
+@pytest.mark.parametrize(
+    "unread",
+    [
+        b"not xml",
+        b"<Error><Code>AccessDenied</Code></Error>",
+        body(item("k"), encoding="<EncodingType>base64</EncodingType>"),
+        body(item("k"), truncated="maybe"),
+        body(item("k", size="-1")),
+        body(item("k", size="\u0661")),  # a digit, but not an ASCII one
+        body(item("k", modified="yesterday")),
+        body("<Contents><Size>1</Size><LastModified>2026-12-04T10:00:00Z</LastModified></Contents>"),
+        body("<CommonPrefixes></CommonPrefixes>"),
+    ],
+)
+def test_a_body_it_does_not_read_exactly_is_left_to_botocore(unread: bytes) -> None:
+    assert parse_list_body(unread, _parse_timestamp) is None
+
+
+def test_the_hook_hands_over_a_page_and_leaves_errors_and_unread_bodies_alone() -> None:
+    listed: dict[str, Any] = {}
+    response: dict[str, Any] = {"status_code": 200, "body": body(item("k"))}
+    _read_list_body(response, listed)
+    assert response["body"] == b"" and isinstance(next(iter(listed.values())), ListedPage)
+    for untouched in ({"status_code": 403, "body": body(item("k"))}, {"status_code": 200, "body": b"not xml"}):
+        before, listed = dict(untouched), {}
+        _read_list_body(untouched, listed)
+        assert untouched == before and listed == {}
+
+
+def test_pages_equal_botocores_over_moto_server(moto_endpoint: str) -> None:
+    """Keys XML cannot carry, several pages and a delimiter: the store's page is botocore's page."""
+    client = boto3.client("s3", endpoint_url=moto_endpoint)
+    bucket = "evs-listing-equal"
+    client.create_bucket(Bucket=bucket)
+    keys = [f"r/sessions/s/{i:020d}" for i in range(1, 6)] + ["r/sessions/s/we ird+&<key>%\u2713", "r/sessions/t/x", "r/z"]
+    for key in keys:
+        client.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    store = S3Store(bucket, endpoint_url=moto_endpoint)
+    assert isinstance(store.client.list_objects_v2(Bucket=bucket, Prefix="r/")[_LISTED], ListedPage)  # the fast path ran
+    for max_keys, delimiter, first in ((3, "", ""), (1000, "/", ""), (1000, "", "r/sessions/s/00000000000000000004")):
+        start, seen = first, []
+        while True:
+            page = store.list_page("r/", max_keys=max_keys, delimiter=delimiter, start_after=start)
+            request: dict[str, Any] = {"Bucket": bucket, "Prefix": "r/", "MaxKeys": max_keys}
+            if start:
+                request["StartAfter"] = start
+            if delimiter:
+                request["Delimiter"] = delimiter
+            theirs = client.list_objects_v2(**request)
+            assert [(o.key, o.size, o.etag, o.last_modified) for o in page.objects] == [
+                (c["Key"], c["Size"], c["ETag"], c["LastModified"]) for c in theirs.get("Contents", [])
+            ]
+            assert page.prefixes == [p["Prefix"] for p in theirs.get("CommonPrefixes", [])]
+            assert page.truncated == theirs["IsTruncated"]
+            seen += [o.key for o in page.objects]
+            if not page.truncated:
+                break
+            start = page.next_start_after
+        if not delimiter:
+            assert seen == sorted(k for k in keys if k > first)
