@@ -397,6 +397,18 @@ def test_writer_compacts_as_it_appends_and_can_compact(roles: Roles) -> None:
     assert [m["content"] for m in store.context("chat")] == [f"m{i}" for i in range(40)]
 
 
+def test_writer_writes_merkle_checkpoint_objects_and_the_auditor_checks_from_them(roles: Roles) -> None:
+    """The checkpoint object at 256 events is created by the writer role (``ztree/*``, If-None-Match
+    only), and read by the read-only auditor for a tree head check in a few requests."""
+    session = roles.store("writer").open("chat", create=True)
+    for i in range(256):
+        session.append(user(f"m{i}"))
+    auditor = roles.store("auditor")
+    assert auditor.tree_head("chat", checkpoint=True) == auditor.tree_head("chat")
+    check = auditor.verify_tree("chat", auditor.tree_head("chat", size=100))
+    assert check.stored and check.tree_head.size == 256
+
+
 def test_operator_can_compact(audited: Roles) -> None:
     assert audited.store("operator").compact("audited", segment_size=3) == [(1, 3)]
 
