@@ -151,8 +151,8 @@ def _tree_at(
     ctx: StoreContext, loaded: _read.Loaded, size: int, tie: Sequence[int], leaves: Sequence[int], prefixes: Sequence[int]
 ) -> tuple[StoredTree | None, str]:
     session_id = loaded.manifest.sid
-    needed = sorted(_tree.checkpoints_needed(size, leaves=leaves, prefixes=prefixes))
     tied = sorted({size - 1, *tie})
+    needed = sorted(_tree.checkpoints_needed(size, leaves=[*leaves, *tied], prefixes=prefixes))
     pool = ctx.executor()
 
     def checkpoint(at: int) -> bytes | None:

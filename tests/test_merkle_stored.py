@@ -143,6 +143,11 @@ def test_automatic_compaction_writes_a_checkpoint_object_every_256_events_that_r
         checkpoint = decode("s", store.backend.get(store.layout.tree_key("s", size)).data)
         assert (checkpoint.size, checkpoint.root(), checkpoint.leaves) == (size, root(hashes[:size]), hashes[size - TILE : size])
     assert store.tree_head("s", checkpoint=True) == store.tree_head("s", size=768)
+    counting = CountingStore(store.backend)
+    for size in (256, 300, 768):  # from checkpoint objects: no event read but the tied ones
+        counting.reset()
+        assert Store(counting, root="r").tree_head("s", size=size).root == root(hashes[:size]).hex()
+        assert counting.counts["GET"] <= 5 and counting.counts["LIST"] == 2
 
 
 def test_no_automatic_compaction_no_checkpoint_objects() -> None:
