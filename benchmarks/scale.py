@@ -2,7 +2,8 @@
 
     python benchmarks/scale.py [--quick] [--only SECTION ...] [--json FILE]
 
-Sections (``--only``): resume, open, fork, storage, gc, gc-million, list, tail, async, import.
+Sections (``--only``): resume, open, fork, storage, gc, gc-million, list, tail, async, import,
+fleet-verify.
 The default run is every section; ``--quick`` is a small smoke run (under a minute).
 
 Everything is measured through evstore's public API (``Store``, ``AsyncStore``,
@@ -69,7 +70,7 @@ from benchmarks._scale_backend import (  # noqa: E402
 )
 from evstore import AsyncSession, AsyncStore, LocalStore, MemoryStore, ObjectStore, Session, Store  # noqa: E402
 
-SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import"]
+SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 SID = "bench"
 Message = dict[str, Any]
 T = TypeVar("T")
@@ -86,6 +87,7 @@ class Config:
     resume_kib: tuple[int, ...]
     fork_depths: tuple[int, ...]
     fork_root: int  # events of the session the fork chain starts from
+    fork_runs: int  # each fork read is measured this many times: its round trips are their median
     storage_events: int
     gc_sizes: tuple[int, ...]
     gc_rtt: float  # the delay gc is measured with while the run's projected time fits gc_budget
@@ -99,6 +101,8 @@ class Config:
     async_threads: int
     async_rounds: int
     import_runs: int
+    verify_sizes: tuple[int, ...]
+    verify_rtt: float
 
 
 FULL = Config(
@@ -108,6 +112,7 @@ FULL = Config(
     resume_kib=(10_000, 100_000, 300_000),
     fork_depths=(1, 10, 50, 100),
     fork_root=100,
+    fork_runs=5,
     storage_events=10_000,
     gc_sizes=(1_000, 10_000, 100_000),
     gc_rtt=0.001,
@@ -121,6 +126,8 @@ FULL = Config(
     async_threads=64,
     async_rounds=3,
     import_runs=9,
+    verify_sizes=(1_000, 10_000, 100_000),
+    verify_rtt=0.001,
 )
 QUICK = Config(
     quick=True,
@@ -129,6 +136,7 @@ QUICK = Config(
     resume_kib=(1_000,),
     fork_depths=(1, 5),
     fork_root=50,
+    fork_runs=1,
     storage_events=1_000,
     gc_sizes=(100, 1_000),
     gc_rtt=0.001,
@@ -142,6 +150,8 @@ QUICK = Config(
     async_threads=64,
     async_rounds=1,
     import_runs=3,
+    verify_sizes=(100, 1_000),
+    verify_rtt=0.001,
 )
 
 
@@ -412,43 +422,60 @@ def section_fork(cfg: Config, report: Report) -> None:
             for i in range(3):
                 writer.append(short(heads[d - 1] + i))
             heads[d] = writer.head
-    replays: list[tuple[Counts, float]] = []
-    resumes: list[tuple[Counts, float, int]] = []
+    # a round trip is a request that started after another ended: a busy machine's scheduling
+    # lengthens some chains, so each read is measured ``fork_runs`` times (the counts are the same)
+    replays: list[list[tuple[Counts, float]]] = []
+    resumes: list[list[tuple[Counts, float, int]]] = []
     for d in cfg.fork_depths:
 
         def replay(store: Store, d: int = d) -> int:
             return sum(1 for _ in store.replay(f"fork-{d}"))
 
-        counts, seconds, events = measured(bucket.copy(), cfg.rtt, replay)
-        if events != heads[d]:
-            raise RuntimeError(f"replay of fork-{d} gave {events} events, not {heads[d]}")
-        replays.append((counts, seconds))
+        replays.append([])
+        resumes.append([])
+        for _ in range(cfg.fork_runs):
+            counts, seconds, events = measured(bucket.copy(), cfg.rtt, replay)
+            if events != heads[d]:
+                raise RuntimeError(f"replay of fork-{d} gave {events} events, not {heads[d]}")
+            replays[-1].append((counts, seconds))
 
-        recorder = Recorder(bucket.copy(), cfg.rtt)
-        with Store(recorder) as store:
-            started = time.perf_counter()
-            writer, _ = store.resume(f"fork-{d}")
-            alone = recorder.counts()
-            writer.append(short(0))
-            seconds = time.perf_counter() - started
-        resumes.append((recorder.counts(), seconds, alone.chain))
+            recorder = Recorder(bucket.copy(), cfg.rtt)
+            with Store(recorder) as store:
+                started = time.perf_counter()
+                writer, _ = store.resume(f"fork-{d}")
+                alone = recorder.counts()
+                writer.append(short(0))
+                seconds = time.perf_counter() - started
+            resumes[-1].append((recorder.counts(), seconds, alone.chain))
+    runs = f"median of {cfg.fork_runs}" if cfg.fork_runs > 1 else "1 run"
     table = Table(
         f"3. forks d deep: replay and resume + append of the deepest (root {cfg.fork_root} events, 3 own events per fork)",
         [f"d={d}" for d in cfg.fork_depths],
-        [f"{ms(cfg.rtt):.0f} ms per request; wanted for resume: resume's own (<= 4)"],
+        [f"{ms(cfg.rtt):.0f} ms per request; round trips and times: {runs}; wanted for resume: resume's own (<= 4)"],
     )
-    rounds = [c.chain for c, _ in replays]
-    resume_rounds = [chain for _, _, chain in resumes]
+
+    def median(values: list[float]) -> Any:
+        return statistics.median_low(values)
+
+    def spread(values: list[int]) -> str:
+        return f"{min(values)}-{max(values)}"
+
+    rounds = [median([c.chain for c, _ in runs_]) for runs_ in replays]
+    resume_rounds = [median([chain for _, _, chain in runs_]) for runs_ in resumes]
+    first_replay = [runs_[0][0] for runs_ in replays]
+    first_resume = [runs_[0][0] for runs_ in resumes]
     table.row("events replayed", [heads[d] for d in cfg.fork_depths])
-    table.row("replay: PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for c, _ in replays])
-    table.row("replay: requests", [c.total for c, _ in replays])
+    table.row("replay: PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for c in first_replay])
+    table.row("replay: requests", [c.total for c in first_replay])
     table.row("replay: round trips", rounds, "<= 6", at_most(rounds, 6))
-    table.row("replay: ms (wall)", [ms(s) for _, s in replays])
-    table.row("resume+append: PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for c, _, _ in resumes])
-    table.row("resume+append: requests", [c.total for c, _, _ in resumes])
+    table.row("replay: round trips, fewest-most", [spread([c.chain for c, _ in runs_]) for runs_ in replays])
+    table.row("replay: ms (wall)", [ms(median([s for _, s in runs_])) for runs_ in replays])
+    table.row("resume+append: PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for c in first_resume])
+    table.row("resume+append: requests", [c.total for c in first_resume])
     table.row("resume: round trips", resume_rounds, "<= 4", at_most(resume_rounds, 4))
-    table.row("resume+append: round trips", [c.chain for c, _, _ in resumes])
-    table.row("resume+append: ms (wall)", [ms(s) for _, s, _ in resumes])
+    table.row("resume: round trips, fewest-most", [spread([chain for _, _, chain in runs_]) for runs_ in resumes])
+    table.row("resume+append: round trips", [median([c.chain for c, _, _ in runs_]) for runs_ in resumes])
+    table.row("resume+append: ms (wall)", [ms(median([s for _, s, _ in runs_])) for runs_ in resumes])
     report.add("fork", table)
 
 
@@ -518,8 +545,9 @@ def section_storage(cfg: Config, report: Report) -> None:
 # ---- 5. gc -----------------------------------------------------------------------
 
 
-def fleet(n: int) -> FastMemory:
-    """n sessions of 3 events by the library: the even ones live, the odd ones deleted."""
+def fleet(n: int, *, delete_odd: bool = True) -> FastMemory:
+    """n sessions of 3 events by the library: the even ones live, the odd ones deleted (all live
+    without ``delete_odd``)."""
     bucket = FastMemory()
     with Store(bucket) as store:
         for i in range(n):
@@ -527,7 +555,7 @@ def fleet(n: int) -> FastMemory:
             writer = store.create(sid)
             for j in range(3):
                 writer.append(short(j))
-            if i % 2:
+            if delete_odd and i % 2:
                 store.delete(sid)
     return bucket
 
@@ -832,6 +860,46 @@ def section_import(cfg: Config, report: Report) -> None:
     report.add("import", table)
 
 
+# ---- 10. verify --all ---------------------------------------------------------------------------
+
+
+def section_fleet_verify(cfg: Config, report: Report) -> None:
+    """``Store.verify_all()`` (what ``evstore verify --all`` runs) over fleets of live sessions of
+    3 events each, written by the library (a copy of one session would not verify: its manifest
+    names its own id)."""
+    runs: list[tuple[int, int, Counts, float, int]] = []
+    setup = 0.0
+    for n in cfg.verify_sizes:
+        started = time.perf_counter()
+        bucket = fleet(n, delete_odd=False)
+        setup += time.perf_counter() - started
+        counts, seconds, verdicts = measured(bucket, cfg.verify_rtt, lambda store: [v.status for v in store.verify_all()])
+        if len(verdicts) != n or set(verdicts) != {"ok"}:
+            raise RuntimeError(f"verify_all gave {len(verdicts)} verdicts ({sorted(set(verdicts))}), not {n} ok")
+        runs.append((n, len(bucket), counts, seconds, verdicts.count("ok")))
+        del bucket
+    table = Table(
+        "10. verify --all: Store.verify_all() over a fleet of sessions of 3 events",
+        [label(n) for n, *_ in runs],
+        [
+            f"{ms(cfg.verify_rtt):.0f} ms per request; sessions verified 8 at a time (verify_all's default); "
+            "every session ok (manifest + 3 events)",
+            f"(setup by the library: {setup:.1f} s)",
+        ],
+    )
+    table.row("objects", [objects for _, objects, *_ in runs])
+    table.row("requests PUT/GET/HEAD/LIST/DELETE", [c.by_kind() for _, _, c, _, _ in runs])
+    table.row("requests", [c.total for _, _, c, _, _ in runs])
+    table.row("requests per session", [c.total / n for n, _, c, _, _ in runs])
+    table.row("LIST requests per session", [c.kinds["LIST"] / n for n, _, c, _, _ in runs])
+    table.row("round trips", [c.chain for _, _, c, _, _ in runs])
+    table.row("round trips per session", [c.chain / n for n, _, c, _, _ in runs])
+    table.row("MB downloaded", [mb(c.down) for _, _, c, _, _ in runs])
+    table.row("s (wall)", [seconds for _, _, _, seconds, _ in runs])
+    table.row("sessions ok", [ok for *_, ok in runs])
+    report.add("fleet-verify", table)
+
+
 # ---- main ------------------------------------------------------------------------------------------
 
 
@@ -864,6 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         "tail": lambda: section_tail(cfg, bulk, report),
         "async": lambda: section_async(cfg, report),
         "import": lambda: section_import(cfg, report),
+        "fleet-verify": lambda: section_fleet_verify(cfg, report),
     }
     for name in chosen:
         began = time.perf_counter()

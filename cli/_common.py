@@ -12,10 +12,13 @@ Import order in ``cli/``: ``_common`` imports no other module of the package; ``
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
-from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TextIO, TypeVar
 
 import click
 import msgspec
@@ -130,22 +133,82 @@ class Context:
 pass_context = click.make_pass_decorator(Context)
 
 
+class StatusLine:
+    """One line of status on a terminal, rewritten in place (``show``) and wiped (``clear``).
+
+    Written to ``stream`` only when ``is_terminal`` (never to a pipe or a file); cut to
+    ``width`` columns (the terminal's when not given) less one, so it never wraps (a
+    carriage return could not take back a wrapped line); redrawn at most every ``interval``
+    seconds of ``clock``, except the first ``show`` after a ``clear``, which always draws.
+    A caller writing other lines to the same screen clears it first: the next ``show``
+    draws it again below them. The text is the caller's own (counts, never stored strings)."""
+
+    #: Back to the line's start, then erase to its end.
+    WIPE = "\r\x1b[K"
+
+    def __init__(
+        self,
+        stream: TextIO,
+        is_terminal: bool,
+        *,
+        width: int | None = None,
+        interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stream = stream
+        self.is_terminal = is_terminal
+        self.width = width
+        self.interval = interval
+        self.clock = clock
+        self.shown = False
+        self._drawn_at = 0.0
+
+    @classmethod
+    def on_stderr(cls, enabled: bool = True) -> StatusLine:
+        """On standard error, when it is a terminal (and ``enabled``)."""
+        return cls(sys.stderr, enabled and sys.stderr.isatty())  # what click.echo(err=True) writes to
+
+    def show(self, text: str) -> None:
+        if not self.is_terminal:
+            return
+        now = self.clock()
+        if self.shown and now - self._drawn_at < self.interval:
+            return
+        width = self.width or _columns(self.stream)
+        self.stream.write(self.WIPE + text[: max(0, width - 1)])
+        self.stream.flush()
+        self.shown, self._drawn_at = True, now
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write(self.WIPE)
+            self.stream.flush()
+            self.shown = False
+
+
+def _columns(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` writes to (80 when it does not say)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):  # no file descriptor, or not a terminal after all
+        return shutil.get_terminal_size().columns
+
+
 class Progress:
-    """A counter on stderr while a terminal watches; nothing when stderr is piped."""
+    """A counter on stderr while a terminal watches (a ``StatusLine``); nothing when stderr is piped."""
 
     def __init__(self, enabled: bool = True, unit: str = "objects") -> None:
-        self.enabled = enabled and sys.stderr.isatty()
+        self.line = StatusLine.on_stderr(enabled)
         self.unit = unit
         self.count = 0
 
     def tick(self) -> None:
         self.count += 1
-        if self.enabled and self.count % 100 == 0:
-            click.echo(f"\r{self.count} {self.unit}...", err=True, nl=False)
+        if self.count % 100 == 0:
+            self.line.show(f"{self.count} {self.unit}...")
 
     def clear(self) -> None:
-        if self.enabled and self.count >= 100:
-            click.echo("\r" + " " * 30 + "\r", err=True, nl=False)
+        self.line.clear()
 
 
 def counted(items: Iterable[T], progress: Progress) -> Iterator[T]:

@@ -63,7 +63,9 @@ def prove(state: Context, session: str, seq: int | None, since_size: int | None,
         proof = state.store.prove(session, seq, size=size, checkpoint=checkpoint)
     else:
         assert since_size is not None
-        proof = state.store.prove_consistency(session, since_size, size=size, checkpoint=checkpoint)
+        if checkpoint:  # the newest checkpoint's size, then the proof from checkpoint objects
+            size = state.store.tree_head(session, checkpoint=True).size
+        proof = state.store.prove_consistency(session, since_size, size=size)
     click.echo(to_json(proof).decode())  # hex, digits and a validated session id: nothing to neutralize
 
 

@@ -9,7 +9,6 @@ import typing
 from ._backends import ObjectStore
 from ._chain import Receipt
 from ._codec import Message, Retention
-from ._crypto import Keyring, generate_key
 from ._errors import (
     EvstoreError,
     IntegrityError,
@@ -21,24 +20,36 @@ from ._errors import (
     StoreUnavailableError,
     WriteConflictError,
 )
-from ._store import DeleteResult, Session, SessionInfo, Store, VerifyResult
-from ._url import default_store_url, open_store
+from ._lazy import lazy_names as _lazy_names
+from ._store import Store, VerifyResult
 from ._views import Event, Repair
 
 if typing.TYPE_CHECKING:
     from ._async import AsyncSession, AsyncStore, Outcome
     from ._backends import LocalStore, MemoryStore
+    from ._crypto import Keyring, generate_key
+    from ._forks import DeleteResult
     from ._proofs import ConsistencyProof, InclusionProof, TreeHead, check_proof
+    from ._read import SessionInfo
+    from ._url import default_store_url, open_store
+    from ._write import Session
 
 __version__ = "0.1.0"
 
 #: Public names loaded on first use, by the module that holds them: the async API imports asyncio
 #: (about half of what ``import evstore`` would cost otherwise), which a sync caller never needs;
-#: an S3 user never needs the local and memory stores, and most processes never prove.
+#: an S3 user never needs the local and memory stores, and most processes never prove. The read
+#: and write paths (half of evstore's own code to compile), keys and store URLs load with the first
+#: call that needs them.
 _LAZY = {
     **dict.fromkeys(("AsyncSession", "AsyncStore", "Outcome"), "_async"),
     **dict.fromkeys(("LocalStore", "MemoryStore"), "_backends"),
     **dict.fromkeys(("ConsistencyProof", "InclusionProof", "TreeHead", "check_proof"), "_proofs"),
+    **dict.fromkeys(("Keyring", "generate_key"), "_crypto"),
+    **dict.fromkeys(("default_store_url", "open_store"), "_url"),
+    "DeleteResult": "_forks",
+    "SessionInfo": "_read",
+    "Session": "_write",
 }
 
 __all__ = [
@@ -78,14 +89,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> typing.Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value  # later lookups find it without coming here
-    return value
+__getattr__ = _lazy_names(__name__, __name__, _LAZY)
 
 
 def __dir__() -> list[str]:

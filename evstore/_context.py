@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, TypeVar
 from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
 from ._codec import DEFAULT_MAX_EVENT_BYTES, RekeyRecord, Retention, max_event_object_bytes
-from ._crypto import Keyring
 from ._errors import InvalidInputError
 from ._ids import Layout
 
@@ -23,6 +22,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from ._crypto import Keyring
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -48,8 +49,37 @@ MAX_WRITER_LEASE = 300.0
 FENCE_HOLD = timedelta(seconds=MAX_WRITER_LEASE + 300)
 
 
+#: ``StoreContext.wide_executor`` has this many threads per unit of ``concurrency`` at most.
+WIDE_FACTOR = 8
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class _Pools:
+    """A context's thread pools by name, each made on first use. A copy of the context
+    (``copy.copy``, as gc and the OpenTelemetry integration make) shares this object, and so
+    its pools: a copy never starts threads of its own."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str, threads: int) -> ThreadPoolExecutor:
+        with self._lock:
+            pool = self._pools.get(name)
+            if pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                pool = self._pools[name] = ThreadPoolExecutor(threads, thread_name_prefix=name)
+            return pool
+
+    def close(self) -> None:
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 class StoreContext:
@@ -81,7 +111,11 @@ class StoreContext:
             raise InvalidInputError("auto_compact must be a segment size from 2 to 100000, or 0 (None) for off")
         self.backend = backend
         self.layout = Layout(root)
-        self.keyring = keyring or Keyring()
+        if keyring is None:
+            from ._crypto import Keyring  # here: a store without keys never loads the crypto module
+
+            keyring = Keyring()
+        self.keyring = keyring
         self.require_encryption = require_encryption
         self.max_event_bytes = max_event_bytes
         #: The largest event object a reader accepts (``max_event_bytes`` sealed, in its envelope).
@@ -96,23 +130,25 @@ class StoreContext:
         self.session_keys: dict[tuple[str, str, str], AESGCM] = {}
         #: session id -> its rekey records, as the read path last loaded them.
         self.rekey_records: dict[str, list[RekeyRecord]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._pools = _Pools()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pools.close()
         self.backend.close()
 
     def executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
+        """The pool requests are made on: 2 x concurrency threads. The reads keep up to 2 x
+        concurrency GETs in flight (a tail's early GETs queue behind the segment GETs only when a
+        chain has that many segments)."""
+        return self._pools.get("evstore-get", self.concurrency * 2)
 
-                # 2 x concurrency threads: the reads keep up to 2 x concurrency GETs in flight (a tail's
-                # early GETs queue behind the segment GETs only when a chain has that many segments)
-                self._pool = ThreadPoolExecutor(self.concurrency * 2, thread_name_prefix="evstore-get")
-            return self._pool
+    def wide_executor(self) -> ThreadPoolExecutor:
+        """A pool of up to ``WIDE_FACTOR`` x concurrency threads (256 by default), for small
+        requests that wait on nothing and are sent many at once: a deep fork's ancestors (their
+        manifests, listings and short ranges of events: 4 requests an ancestor that gave its fork
+        2 events, up to 100 ancestors), which through the pool of ``executor`` would queue behind
+        each other for rounds. Threads are started as the requests need them."""
+        return self._pools.get("evstore-leaf", self.concurrency * WIDE_FACTOR)
 
     def prefetched(
         self,

@@ -19,7 +19,6 @@ import hashlib
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -226,6 +225,8 @@ def add_key_to_file(path: str | os.PathLike[str], key_id: str | None = None) -> 
 def _replace_file(target: Path, data: bytes) -> None:
     """Write ``data`` to a new private temp file beside ``target``, fsync it, rename it over
     ``target`` and fsync the directory; the temp file never outlives a failure."""
+    import tempfile  # here: keyring files are written by hand, and it costs ``import evstore`` 4 ms
+
     directory = target.parent
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")

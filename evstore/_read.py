@@ -16,6 +16,11 @@ Requests (N = events, S = segments):
   two groups' bytes in flight,
   with the LIST of the loose tail; then a LIST per 1,000 loose events and their GETs,
   ``2 * concurrency`` in flight.
+* a fork whose manifest records its ancestry: its load; then, in one round on the context's wide
+  pool, each ancestor's manifest GET and listing, the GETs of each inherited range of up to 32
+  events, and the GETs of the fork's own events its first listing named; then the segments of a
+  longer range (an ancestor's short loose tail to the fork seq by its seqs, no LIST): 3 dependent
+  round trips at any depth (``_send_ahead``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -79,7 +84,7 @@ from ._ids import (
 from ._views import ContextFolder, Event, Repair
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -120,6 +125,12 @@ _YIELD_EVERY = 256
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
 _TAIL_FIRST_PAGE = 64
+#: The loose tail after a chain of segments is guessed to be at most this many events (automatic
+#: compaction packs a young segment every 32 appends): on a read from the start whose first page
+#: does not reach the tail, their GETs go out with the tail's LIST, so a resume does not wait for
+#: the LIST to learn their names. A GET past the head costs a request (a 404, 16 on average), never
+#: a round trip or a wrong answer: only seqs the LIST names are read.
+_GUESSED_TAIL = 32
 #: A read of the non-event objects stops at the page that shows this many young segments
 #: (``young/``, listed last, newest first): automatic compaction's chain after its newest top-level
 #: segment is among the newest 81 (63 of the lowest level, 15 and 3 of the next). Planted names that
@@ -265,8 +276,10 @@ def _meta(ctx: StoreContext, session_id: str, objects: list[ObjectInfo]) -> Meta
     return Meta(tombstone, dict(sorted(segments.items())), forks, salted, rekeyed, frozenset(young - plain))
 
 
-def _send_listings(ctx: StoreContext, session_id: str, upto: int | None, every: bool) -> list[Future[list[ObjectInfo]]]:
-    pool = ctx.executor()
+def _send_listings(
+    ctx: StoreContext, session_id: str, upto: int | None, every: bool, pool: ThreadPoolExecutor | None = None
+) -> list[Future[list[ObjectInfo]]]:
+    pool = pool or ctx.executor()
     listings = [pool.submit(_list_meta, ctx, session_id, every)]
     if upto is not None:
         listings.append(pool.submit(_list_young, ctx, session_id, upto))
@@ -369,14 +382,15 @@ class _SentLoad(msgspec.Struct, frozen=True):
     listings: list[Future[list[ObjectInfo]]]
 
 
-def send_load(ctx: StoreContext, session_id: str, *, upto: int | None = None) -> _SentLoad:
-    """Send the requests of ``load`` (the manifest GET, the listings) to the pool, and return at
-    once; ``finish_load`` waits for them. The pool runs them as leaves (none waits for another),
-    so any number may be sent together."""
+def send_load(
+    ctx: StoreContext, session_id: str, *, upto: int | None = None, pool: ThreadPoolExecutor | None = None
+) -> _SentLoad:
+    """Send the requests of ``load`` (the manifest GET, the listings) to the pool (``pool``, by
+    default the context's), and return at once; ``finish_load`` waits for them. The pool runs
+    them as leaves (none waits for another), so any number may be sent together."""
     validate_session_id(session_id)
-    return _SentLoad(
-        session_id, ctx.executor().submit(read_manifest, ctx, session_id), _send_listings(ctx, session_id, upto, False)
-    )
+    pool = pool or ctx.executor()
+    return _SentLoad(session_id, pool.submit(read_manifest, ctx, session_id), _send_listings(ctx, session_id, upto, False, pool))
 
 
 def finish_load(ctx: StoreContext, sent: _SentLoad, *, deleted_ok: bool = True) -> Loaded:
@@ -800,16 +814,18 @@ def _loose_events(
 
 
 class _EarlyGets:
-    """GETs of the loose tail's first events, sent from the pool as soon as the tail's LIST
-    answers and the segment GETs' first window has gone out (so they queue behind those and
-    wait for no segment decode). ``take`` hands one over to the stream that reads its seq;
-    after ``close`` none is sent, and those not taken are cancelled."""
+    """GETs of the loose tail's first events, sent from the pool once the segment GETs' first
+    window has gone out (so they queue behind those and wait for no segment decode): the guessed
+    ones (``_GUESSED_TAIL``) with the tail's LIST, the rest as soon as it answers. One GET per seq.
+    ``take`` hands one over to the stream that reads its seq; after ``close`` none is sent, and
+    those not taken are cancelled."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
         self._released = threading.Event()
         self._futures: dict[int, Future[bytes | None]] = {}
+        self._sent: set[int] = set()
 
     def release(self) -> None:
         """The segment GETs that go first are queued: the early GETs may follow."""
@@ -819,10 +835,13 @@ class _EarlyGets:
         self._released.wait()
 
     def send(self, seq: int, submit: Callable[[], Future[bytes | None]]) -> bool:
+        """Send the GET of ``seq`` unless one was sent already; False once closed."""
         with self._lock:
             if self._closed:
                 return False
-            self._futures[seq] = submit()
+            if seq not in self._sent:
+                self._sent.add(seq)
+                self._futures[seq] = submit()
             return True
 
     def take(self, seq: int) -> Future[bytes | None] | None:
@@ -1078,7 +1097,9 @@ def segment_runs(segments: Iterable[tuple[int, int]], cursor: int, end: int | No
     return runs
 
 
-def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> Iterator[list[RawEvent]]:
+def own_batches(
+    ctx: StoreContext, loaded: Loaded, start: int, end: int | None, *, through_end: bool = False
+) -> Iterator[list[RawEvent]]:
     """The session's own events in [start, end], in order: a checked segment's events in lists
     of up to ``_BATCH``, a loose event as a list of one (the per-event work above runs in one
     loop per list).
@@ -1089,8 +1110,12 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
     another), each checked on its own as it arrives, and the group is used only when the listing
     vouches for each of its events (``_vouched``). The rest (and all of it, from the first
     group that fails) comes from the loose events, which always remain. The LIST of the loose
-    tail goes out with the segment GETs, and the GETs of its first events as soon as it
-    answers: neither waits for a segment to be checked.
+    tail goes out with the segment GETs, the GETs of the ``_GUESSED_TAIL`` seqs after the chain
+    with it, and those of any more events it names as soon as it answers: none waits for a
+    segment to be checked, and a resume of a session with a short tail waits for no LIST. With
+    ``through_end`` (the caller knows that every event to ``end`` exists: an ancestor's, to the
+    fork seq whose hash the fork's manifest records), a loose tail of up to ``_SHORT_RANGE``
+    events is fetched by its seqs with the segments, as a gap's are, without that LIST.
     """
     manifest = loaded.manifest
     sid = manifest.sid
@@ -1120,6 +1145,9 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
                 steps.append([link])
                 group_bytes = size
         reach = chain[-1][1] + 1
+    if through_end and end is not None and 0 < end - reach + 1 <= _SHORT_RANGE:
+        steps.append((reach, end + 1))  # the tail, by its seqs
+        reach = end + 1
     groups = [step for step in steps if isinstance(step, list)]
     tail_start = reach
     tail: Future[ListPage] | None = None
@@ -1142,6 +1170,18 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
             listed_pages = max(listed_pages, needed)
 
         pages_by_group = iter(pages_of)
+        if (
+            tail is not None
+            and known_tail is None
+            and loaded.first_page is not None
+            and sum(map(len, groups)) + listed_pages + _GUESSED_TAIL < 2 * ctx.concurrency
+        ):
+            # a read from the start (resume, context, a whole replay: its first page was listed with
+            # the manifest) that does not reach the tail, whose guessed GETs fit in the pool beside
+            # the segment GETs and the LIST pages (else they would wait for a thread: no round won);
+            # a read from a later seq guesses nothing, so it costs no more requests than a whole one
+            guessed = range(tail_start, tail_start + _GUESSED_TAIL if end is None else min(tail_start + _GUESSED_TAIL, end + 1))
+            ctx.executor().submit(_send_guessed, ctx, sid, guessed, early)
 
         def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
             page = 0
@@ -1223,6 +1263,10 @@ def own_batches(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) 
         )
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
+            if listed is None and seq == expected:
+                # listed, yet its GET found nothing: a guessed GET may have gone out before the event
+                # was written (any other absence is still one after this GET)
+                listed = get_event_bytes(ctx, sid, seq)
             if seq != expected or listed is None:
                 missing = expected if seq != expected else seq
                 if missing == loaded.first_own:
@@ -1248,6 +1292,16 @@ def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, 
         max_keys=max(_TAIL_FIRST_PAGE, 2 * ctx.concurrency),
     )
     return _send_early(ctx, session_id, page, end, early)
+
+
+def _send_guessed(ctx: StoreContext, session_id: str, seqs: range, early: _EarlyGets) -> None:
+    """Send the GETs of ``seqs`` (``_GUESSED_TAIL``: the tail's events, before its LIST names them)
+    into ``early``, once the segment GETs that go first are queued."""
+    early.wait()
+    pool = ctx.executor()
+    for seq in seqs:
+        if not early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq)):
+            return
 
 
 def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | None, early: _EarlyGets) -> ListPage:
@@ -1281,70 +1335,142 @@ def lineage(
 
 #: An ancestor's inherited range of at most this many events is fetched by its event GETs, sent
 #: with its manifest's (no listing first); a longer one is read as any session is (``own_batches``).
+#: So is a fork's own range, when its first page lists it whole and it is no longer than this.
 _SHORT_RANGE = 32
 
 
-class _Ahead(msgspec.Struct, frozen=True):
-    """An ancestor's requests sent before the walk reaches it (``_send_ancestors``): the ``ref``
-    the fork's ``ancestry`` gives for it, its load, and the GETs of its own events ``low`` to
-    ``high`` when that range is short (else none)."""
+class _Range(msgspec.Struct, frozen=True):
+    """The GETs of a session's events ``low`` to ``high``, sent before the walk reaches them.
+    ``listed``: a listing named each of them (a fork's own, from its first page), so one that
+    is not there is a hole; else the range was computed from fork seqs, and the events may end
+    before ``high`` (the walk then finds the event at the fork seq missing)."""
 
-    ref: ForkRef
-    load: _SentLoad
     low: int
     high: int
     events: list[Future[bytes | None]]
+    listed: bool = False
 
 
-def _send_ancestors(ctx: StoreContext, manifest: Manifest, start: int, end: int | None) -> dict[str, _Ahead]:
-    """For a fork whose manifest records its ``ancestry``: every ancestor's load, and the event
-    GETs of each short inherited range, all sent at once (leaves on the pool). Their ranges are
-    computed from the refs, as the walk will find them if the refs are true; where they are not,
-    the walk loads what it finds instead, and what was sent here is dropped unused. Keyed by
-    session id; empty for a session that is no fork."""
+class _Ahead(msgspec.Struct, frozen=True):
+    """An ancestor's requests sent before the walk reaches it (``_send_ahead``): the ``ref`` the
+    fork's ``ancestry`` gives for it, its load, and its inherited range with the GETs of its
+    events when that is short (else none)."""
+
+    ref: ForkRef
+    load: _SentLoad
+    range: _Range
+
+
+class _SentAhead:
+    """What a fork's read sent in its first round (``_send_ahead``): each ancestor's requests by
+    session id, and the GETs of the fork's own listed events. The walk takes each where it
+    arrives at it; ``drop`` cancels what is left."""
+
+    def __init__(self, ancestors: dict[str, _Ahead], own: _Range | None) -> None:
+        self.ancestors = ancestors
+        self.own = own
+
+    def take_own(self) -> _Range | None:
+        own, self.own = self.own, None
+        return own
+
+    def drop(self, session_id: str) -> None:
+        """Cancel what was sent for the ancestor ``session_id``: it is not wanted (running
+        requests finish unread)."""
+        item = self.ancestors.pop(session_id)
+        item.load.manifest.cancel()
+        cancel_load(item.load)
+        for event in item.range.events:
+            event.cancel()
+
+    def drop_all(self) -> None:
+        for session_id in list(self.ancestors):
+            self.drop(session_id)
+        own = self.take_own()
+        for event in own.events if own is not None else []:
+            event.cancel()
+
+
+def _is_short(low: int, high: int) -> bool:
+    """Whether an ancestor's inherited range ``low`` to ``high`` is read from its event GETs, sent
+    ahead (no young segment is listed for it), rather than as any session's range is."""
+    return 0 < high - low + 1 <= _SHORT_RANGE
+
+
+def _own_range(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> tuple[int, int] | None:
+    """The fork's own events to read, ``(low, high)``, when its first page (``Loaded.first_page``)
+    lists all of them (it reaches the names after the events, or ends), as consecutive seqs, at
+    most ``_SHORT_RANGE``, and no segment of its covers them; else None (``own_batches`` reads
+    them when the walk arrives). Pure."""
+    page = loaded.first_page
+    low = max(start, loaded.first_own)
+    if page is None or any(last >= low for _, last in loaded.meta.segments):
+        return None
+    prefix = ctx.layout.session_prefix(loaded.manifest.sid)
+    names = [info.key[len(prefix) :] for info in page.objects]
+    if page.truncated and not (names and names[-1] > _LAST_SEQ_NAME):
+        return None  # more events may follow the page
+    seqs = [seq for name in names if (seq := parse_seq(name)) is not None and seq >= low]
+    if end is not None:
+        seqs = [seq for seq in seqs if seq <= end]
+    if not seqs or seqs != list(range(low, low + len(seqs))) or len(seqs) > _SHORT_RANGE:
+        return None
+    return low, seqs[-1]
+
+
+def _send_ahead(ctx: StoreContext, loaded: Loaded, start: int, end: int | None) -> _SentAhead:
+    """For a fork whose manifest records its ``ancestry``: every ancestor's load and the event
+    GETs of each short inherited range, and the GETs of the fork's own events its first page
+    lists (``_own_range``), all sent at once on the wide pool (leaves). The ranges are computed
+    from the refs, as the walk will find them if the refs are true; where they are not, the walk
+    loads what it finds instead, and what was sent here is dropped unused. Nothing for a session
+    that is no fork.
+
+    The loads go first, the deepest ancestor's first: the walk waits for all of them before it
+    reads that one's range (whose segments wait on its listing), and for the event GETs only
+    as it yields their events."""
+    manifest = loaded.manifest
     parent = manifest.parent
     if parent is None or parent.copied:
-        return {}
-    refs = [parent, *manifest.ancestry]
-    pool = ctx.executor()
-    ahead: dict[str, _Ahead] = {}
+        return _SentAhead({}, None)
+    plan: list[tuple[ForkRef, int, int]] = []  # each ancestor's ref and inherited range, deepest first
+    seen: set[str] = set()
     upto = end
-    for ref, above in zip(refs, [*manifest.ancestry, None], strict=True):
-        if ref.copied or ref.sid in ahead or start > ref.seq:
+    for ref, above in zip([parent, *manifest.ancestry], [*manifest.ancestry, None], strict=True):
+        if ref.copied or ref.sid in seen or start > ref.seq:
             break
+        seen.add(ref.sid)
         upto = ref.seq if upto is None else min(ref.seq, upto)  # what the walk reads of this ancestor
-        low = max(start, above.seq + 1 if above is not None and not above.copied else 1)
-        events = []
-        if 0 < upto - low + 1 <= _SHORT_RANGE:  # read from these GETs: no young segment is listed for it
-            events = [pool.submit(get_event_bytes, ctx, ref.sid, seq) for seq in range(low, upto + 1)]
-        ahead[ref.sid] = _Ahead(ref, send_load(ctx, ref.sid, upto=None if events else upto), low, upto, events)
-    return ahead
+        plan.insert(0, (ref, max(start, above.seq + 1 if above is not None and not above.copied else 1), upto))
+    pool = ctx.wide_executor()
+
+    def send_events(session_id: str, low: int, high: int) -> list[Future[bytes | None]]:
+        return [pool.submit(get_event_bytes, ctx, session_id, seq) for seq in range(low, high + 1)]
+
+    loads = [send_load(ctx, ref.sid, upto=None if _is_short(low, high) else high, pool=pool) for ref, low, high in plan]
+    ancestors = {
+        ref.sid: _Ahead(ref, sent, _Range(low, high, send_events(ref.sid, low, high) if _is_short(low, high) else []))
+        for (ref, low, high), sent in zip(plan, loads, strict=True)
+    }
+    own = _own_range(ctx, loaded, start, end)
+    return _SentAhead(ancestors, None if own is None else _Range(*own, send_events(manifest.sid, *own), listed=True))
 
 
-def _drop(ahead: dict[str, _Ahead]) -> None:
-    """Cancel what was sent ahead and is no longer wanted (running requests finish unread)."""
-    for item in ahead.values():
-        futures: list[Future[Any]] = [item.load.manifest, *item.load.listings, *item.events]
-        for future in futures:
-            future.cancel()
-    ahead.clear()
-
-
-def _short_range(loaded: Loaded, item: _Ahead) -> Iterator[list[RawEvent]]:
-    """An ancestor's own events ``item.low`` to ``item.high`` from the GETs sent ahead, as
-    ``own_batches`` yields them: a missing event before one that is there is a hole (where it
-    is the first, expiry or tampering: ``missing_start``); where none is there from some seq
-    on, the events just end there."""
+def _short_range(loaded: Loaded, sent: _Range) -> Iterator[list[RawEvent]]:
+    """The session's events ``sent.low`` to ``sent.high`` from the GETs sent ahead, as
+    ``own_batches`` yields them: a missing event before one that is there, or one that was
+    listed, is a hole (where it is the first, expiry or tampering: ``missing_start``); where
+    none is there from some seq on, the events just end there."""
     manifest = loaded.manifest
-    for index, seq in enumerate(range(item.low, item.high + 1)):
-        data = item.events[index].result()
+    for index, seq in enumerate(range(sent.low, sent.high + 1)):
+        data = sent.events[index].result()
         if data is None:
-            rest = enumerate(item.events[index + 1 :], seq + 1)
+            rest = enumerate(sent.events[index + 1 :], seq + 1)
             later = next(((after, found) for after, event in rest if (found := event.result()) is not None), None)
-            if later is None:
+            if later is None and not sent.listed:
                 return
             if seq == loaded.first_own:
-                raise missing_start(loaded, *later)
+                raise missing_start(loaded, *(later or (seq, None)))
             raise IntegrityError(manifest.sid, seq, "event is missing (a hole in the log)")
         yield [decode_raw(manifest, seq, data)]
 
@@ -1356,7 +1482,7 @@ def lineage_batches(
     end: int | None,
     *,
     _descendants: tuple[str, ...] = (),
-    _ahead: dict[str, _Ahead] | None = None,
+    _ahead: _SentAhead | None = None,
 ) -> Iterator[tuple[Manifest, list[RawEvent]]]:
     """Events of the session and its ancestors in [start, end], in order, with the chain checked,
     as lists of events of one session (``own_batches``); a list holds only events that passed,
@@ -1371,15 +1497,16 @@ def lineage_batches(
     plaintext event is refused.
 
     The walk goes from parent to parent as each manifest names it; a fork's recorded ancestry
-    only sends the ancestors' requests ahead (``_send_ancestors``), all in one round, and each
-    is used only for the session, incarnation, fork seq and range the walk itself arrives at.
+    only sends the ancestors' requests ahead (``_send_ahead``), all in one round with the GETs
+    of the fork's own listed events, and each is used only for the session, incarnation, fork
+    seq and range the walk itself arrives at.
     """
     if _ahead is None:
-        ahead = _send_ancestors(ctx, loaded.manifest, start, end)
+        ahead = _send_ahead(ctx, loaded, start, end)
         try:
             yield from lineage_batches(ctx, loaded, start, end, _descendants=_descendants, _ahead=ahead)
         finally:
-            _drop(ahead)
+            ahead.drop_all()
         return
     manifest = loaded.manifest
     parent = manifest.parent
@@ -1390,9 +1517,9 @@ def lineage_batches(
             raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
         if start <= parent.seq:
             inherited_end = min(parent.seq, end) if end is not None else parent.seq
-            sent = _ahead.get(parent.sid)  # its short range, if any, is taken when the walk is there
-            if sent is not None and (sent.ref != parent or sent.high != inherited_end):
-                _drop({parent.sid: _ahead.pop(parent.sid)})  # the ancestry named another incarnation, or fork seq
+            sent = _ahead.ancestors.get(parent.sid)  # its short range, if any, is taken when the walk is there
+            if sent is not None and (sent.ref != parent or sent.range.high != inherited_end):
+                _ahead.drop(parent.sid)  # the ancestry named another incarnation, or fork seq
                 sent = None
             ancestor = finish_load(ctx, sent.load) if sent else load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
             if ancestor.manifest.uid != parent.uid:
@@ -1416,11 +1543,15 @@ def lineage_batches(
         prev = parent.hash if start <= parent.seq + 1 else None
     encrypted = loaded.sealed_only or ctx.require_encryption
     sealed_before = False
-    short = _ahead.pop(manifest.sid, None) if _descendants else None  # sent ahead for this ancestor
+    if _descendants:  # an ancestor: what was sent ahead for it, if anything
+        sent_here = _ahead.ancestors.pop(manifest.sid, None)
+        short = sent_here.range if sent_here is not None and sent_here.range.events else None
+    else:
+        short = _ahead.take_own()
     batches = (
         _short_range(loaded, short)
-        if short is not None and short.events and short.low == max(start, loaded.first_own)
-        else own_batches(ctx, loaded, start, end)
+        if short is not None and short.low == max(start, loaded.first_own)
+        else own_batches(ctx, loaded, start, end, through_end=bool(_descendants))
     )
     for batch in batches:
         for index, raw in enumerate(batch):

@@ -19,28 +19,30 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import _forks, _read, _write
 from ._backends import ObjectStore
 from ._chain import Receipt, VerifyResult
 from ._codec import DEFAULT_MAX_EVENT_BYTES, Message, Retention
 from ._context import DEFAULT_AUTO_COMPACT, DEFAULT_GRACE, DEFAULT_WRITER_LEASE, StoreContext, utc_now
-from ._crypto import Keyring
-from ._forks import DeleteResult
 from ._ids import Layout
-from ._lazy import LazyModule
+from ._lazy import LazyModule, lazy_names
 from ._lifecycle import DEFAULT_EPHEMERAL_DAYS
-from ._read import SessionInfo
 from ._views import Event, Repair
-from ._write import Session
 
 if TYPE_CHECKING:
-    from . import _audit, _fleet, _proofs, _retention
+    from . import _audit, _fleet, _forks, _proofs, _read, _retention, _write
     from ._audit import Audit, RekeyResult, ShredResult
+    from ._crypto import Keyring
     from ._fleet import SessionVerdict
+    from ._forks import DeleteResult
     from ._proofs import ConsistencyProof, InclusionProof, TreeCheck, TreeHead
+    from ._read import SessionInfo
     from ._retention import ExpiringObject, GcReport, OnRemove
-else:  # audit, proofs and gc load on first use: most processes only read and append
-    _audit, _fleet, _proofs, _retention = (LazyModule(f"evstore.{m}") for m in ("_audit", "_fleet", "_proofs", "_retention"))
+    from ._write import Session
+else:  # each part loads on first use (the read and write paths: half of evstore's code to compile)
+    _audit, _fleet, _forks, _proofs, _read, _retention, _write = (
+        LazyModule(f"evstore._{m}") for m in ["audit", "fleet", "forks", "proofs", "read", "retention", "write"]
+    )
+__getattr__ = lazy_names("evstore", __name__, {"DeleteResult": "_forks", "Session": "_write", "SessionInfo": "_read"})
 
 __all__ = ["DeleteResult", "Session", "SessionInfo", "Store", "VerifyResult"]
 
@@ -210,11 +212,9 @@ class Store:
         """That event ``seq`` is in the tree of the first ``size`` events: O(log n) hashes (``check_proof``)."""
         return _proofs.prove(self.shared, session_id, seq, size, checkpoint=checkpoint)
 
-    def prove_consistency(
-        self, session_id: str, old_size: int, *, size: int | None = None, checkpoint: bool = False
-    ) -> ConsistencyProof:
-        """That the tree of the first ``old_size`` events is a prefix of today's (``size``'s; the checkpoint's)."""
-        return _proofs.prove_consistency(self.shared, session_id, old_size, size, checkpoint=checkpoint)
+    def prove_consistency(self, session_id: str, old_size: int, *, size: int | None = None) -> ConsistencyProof:
+        """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s: checkpoint objects serve)."""
+        return _proofs.prove_consistency(self.shared, session_id, old_size, size)
 
     def verify_all(self, *, prefix: str = "", since: datetime | None = None, start_after: str = "") -> Iterator[SessionVerdict]:
         """``verify`` of every session (``prefix``; ``since``: only those written to since), a few

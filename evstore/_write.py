@@ -674,7 +674,8 @@ def resume_folded(
     """A writer at the session's head and its context view, from one pass over what it read.
 
     What a serverless agent does on every invocation, in 2 dependent round trips before its
-    first append for a session of up to about 1,000 names (a fork adds one per ancestor): the
+    first append for a session of up to about 1,000 names (a fork 3, whatever its depth: see
+    ``_read.lineage_batches``): the
     manifest GET with the LIST of the non-event objects and the LIST of the first 1,000 names
     (whose ETags vouch for the segments' events, and which name the loose tail); the segment
     GETs with the tail's GETs. A longer session lists its tail in round 2 (and a LIST per further

@@ -249,6 +249,71 @@ def test_list_with_a_limit_reads_back_only_as_far_as_it_needs() -> None:
     assert costs[1] <= costs[0] + 2, costs  # 10x the thread, not more requests
 
 
+def old_checkpoint_cost(turns: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Requests of ``get_state`` of the 5th-oldest checkpoint of a ``turns``-turn thread: by the
+    saver that ran the graph, and by a new one (a new process) that listed the history first."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg", auto_compact=None)  # every event read is a GET: countable
+    config: Any = {"configurable": {"thread_id": "t"}}
+    graph = counting_graph(EvstoreSaver(store), None)
+    for _ in range(turns):
+        graph.invoke({"total": 1}, config)
+    costs = []
+    for reader in (graph, counting_graph(EvstoreSaver(store), None)):
+        history = list(reader.get_state_history(config))
+        old = history[-5]
+        reader.get_state(config)  # the thread's latest: a new saver opens its writer (O(log n) HEADs once)
+        counting.reset()
+        found = reader.get_state(old.config)
+        costs.append(dict(counting.counts))
+        assert (found.values, found.next, found.metadata) == (old.values, old.next, old.metadata)
+        assert found.tasks == old.tasks and found.config == old.config
+    return costs[0], costs[1]
+
+
+def test_get_state_of_an_old_checkpoint_reads_its_span_at_30_and_300_turns() -> None:
+    """An old checkpoint whose seq the saver knows (it wrote it, or listed it) is read with its
+    writes and nothing after them: the same requests at 30 turns as at 300 (at 300 reading to
+    the head took about 1,500 requests)."""
+    short, long = old_checkpoint_cost(30), old_checkpoint_cost(300)
+    assert short == long, (short, long)
+    assert sum(long[0].values()) <= 16 and sum(long[1].values()) <= 16, long
+
+
+def test_an_old_checkpoint_read_by_its_span_sees_late_writes_and_retractions() -> None:
+    """Writes put to a checkpoint after later checkpoints (out of its span), from this saver or
+    another, are found through the head's marks; a retraction hides the checkpoint."""
+    counting = CountingStore(MemoryStore())
+    store = Store(counting, root="lg", auto_compact=None)
+    saver = EvstoreSaver(store)
+    configs = [put(saver, cfg("t"), {"x": step}, step) for step in range(40)]
+    old = configs[4]
+    saver.put_writes(old, [("x", "late")], "late-task")
+    for step in range(40, 80):
+        configs.append(put(saver, configs[-1], {"x": step}, step))
+    other = EvstoreSaver(store)
+    other.get_tuple(cfg("t"))  # another process at the head: its write is out of span too
+    other.put_writes(old, [("x", "later")], "other-task")
+    for step in range(80, 120):
+        configs.append(put(other, configs[-1], {"x": step}, step))
+    expected = [("late-task", "x", "late"), ("other-task", "x", "later")]
+    list(other.list(cfg("t")))  # the history, as get_state_history reads it: where each checkpoint is
+    for reader in (saver, other):
+        reader.get_tuple(cfg("t"))
+        counting.reset()
+        found = reader.get_tuple(old)
+        assert found is not None and found.checkpoint["channel_values"] == {"x": 4}
+        assert found.pending_writes == expected
+        assert counting.total <= 30, counting.counts  # the span and 2 late writes (a replay each): not 120 events
+    fresh = EvstoreSaver(store)  # knows no seq: reads from the start, and gets the same
+    fresh_found = fresh.get_tuple(old)
+    assert fresh_found is not None and fresh_found.pending_writes == expected
+    other.delete_for_runs([])  # nothing to retract: no event
+    saver.prune(["t"])  # keep_latest: every checkpoint but the newest retracted
+    assert saver.get_tuple(old) is None and other.get_tuple(old) is None
+    assert other.get_tuple(configs[-1]) is not None
+
+
 def test_list_with_a_limit_finds_a_greater_id_put_long_before() -> None:
     """Ids order the list, not seqs: a checkpoint with an id greater than those after it (a
     clock that ran ahead) is found where a backward read that stopped at 3 would miss it."""

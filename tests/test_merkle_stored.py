@@ -236,7 +236,7 @@ def test_proofs_from_checkpoint_objects_take_a_handful_of_requests_and_hold(leng
         # manifest, 1 or 2 checkpoint objects, the proven event and the event at the checkpoint
         assert counting.counts["LIST"] == 2 and counting.counts["GET"] <= 5
     counting.reset()
-    consistency = store.prove_consistency("s", 100, checkpoint=True)
+    consistency = store.prove_consistency("s", 100, size=newest)
     assert consistency.new_size == newest and check_proof(consistency, Store(inner, root="r").tree_head("s", size=100))
     assert counting.counts["LIST"] == 2 and counting.counts["GET"] <= 4
 

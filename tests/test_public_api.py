@@ -41,6 +41,22 @@ def test_the_async_names_load_on_first_use_and_behave_as_attributes() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_the_names_of_the_parts_load_with_their_part_and_are_the_same_objects() -> None:
+    code = (
+        "import sys, evstore\n"
+        "from evstore import DeleteResult, Keyring, Session, SessionInfo, default_store_url, open_store\n"
+        "from evstore._store import Session as via_store, SessionInfo as info_via_store\n"
+        "import evstore._crypto, evstore._forks, evstore._read, evstore._url, evstore._write\n"
+        "assert Session is via_store is evstore._write.Session and SessionInfo is info_via_store is evstore._read.SessionInfo\n"
+        "assert DeleteResult is evstore._forks.DeleteResult and Keyring is evstore._crypto.Keyring\n"
+        "assert open_store is evstore._url.open_store and default_store_url is evstore._url.default_store_url\n"
+        "assert evstore.Store(evstore.MemoryStore()).keyring == Keyring()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "ok"
+
+
 def test_every_error_is_an_evstore_error() -> None:
     errors = [getattr(evstore, n) for n in evstore.__all__ if n.endswith("Error")]
     assert errors and all(issubclass(e, evstore.EvstoreError) for e in errors)
@@ -67,6 +83,13 @@ def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
         "langgraph",
         "evstore._async",
         "evstore._backends._s3",
+        # the read and write paths, keys and store URLs: loaded by the first call that needs them
+        "evstore._read",
+        "evstore._write",
+        "evstore._forks",
+        "evstore._manifests",
+        "evstore._crypto",
+        "evstore._url",
         "evstore.integrations",
         "pyarrow",
     )

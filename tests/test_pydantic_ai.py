@@ -228,3 +228,80 @@ def test_a_history_reads_only_what_another_writer_appended() -> None:
     assert gets == ["root/sessions/chat/00000000000000000021"] * len(gets) and len(gets) <= 2
     two.save(agent.run_sync("two", message_history=two.load()).new_messages())
     assert prompts(EvstoreHistory(store, "chat").load())[-4:] == ["one more", "answer 21", "two", "answer 22"]
+
+
+# ---- EvstoreConversationStore: Pydantic AI's ConversationStore hook ------------------------------------
+
+
+def test_conversation_store_runs_saves_and_resumes_in_a_new_store_object() -> None:
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.conversation_store import ConversationConflict
+
+    from evstore.integrations.pydantic_ai import EvstoreConversationStore
+
+    backend = MemoryStore()
+    echo = Echo()
+    agent = Agent(FunctionModel(echo))
+
+    async def turn(conversations: EvstoreConversationStore, prompt: str) -> list[str]:
+        conversation = await conversations.load("chat-1") or Conversation(conversation_id="chat-1")
+        result = await agent.run(prompt, conversation=conversation)
+        await conversations.save(result)
+        return prompts(result.all_messages())
+
+    async def scenario() -> None:
+        first = EvstoreConversationStore(Store(backend, root="r"))
+        await turn(first, "one")
+        await turn(first, "two")
+        restarted = EvstoreConversationStore(Store(backend, root="r"))  # a new process over the same bucket
+        assert await turn(restarted, "three") == ["one", "answer 1", "two", "answer 2", "three", "answer 3"]
+        assert echo.seen[-1] == ["one", "answer 1", "two", "answer 2", "three"]
+        # two processes racing from the same revision: one save lands, the other conflicts, nothing mixes
+        a, b = EvstoreConversationStore(Store(backend, root="r")), EvstoreConversationStore(Store(backend, root="r"))
+        loaded_a, loaded_b = await a.load("chat-1"), await b.load("chat-1")
+        assert loaded_a is not None and loaded_b is not None
+        result_a = await agent.run("from a", conversation=loaded_a)
+        result_b = await agent.run("from b", conversation=loaded_b)
+        await a.save(result_a)
+        with pytest.raises(ConversationConflict):
+            await b.save(result_b)
+        final = await EvstoreConversationStore(Store(backend, root="r")).load("chat-1")
+        assert final is not None and prompts(final.messages)[-2:] == ["from a", "answer 4"]
+        assert len(final.messages) == 8
+        # fork, list, delete
+        fork = await first.fork("chat-1", at=2, new_conversation_id="chat-2")
+        assert prompts(fork.messages) == ["one", "answer 1"]
+        assert {r.conversation_id for r in await restarted.list_conversations()} == {"chat-1", "chat-2"}
+        await restarted.delete("chat-1")
+        assert await EvstoreConversationStore(Store(backend, root="r")).load("chat-1") is None
+        kept = await EvstoreConversationStore(Store(backend, root="r")).load("chat-2")
+        assert kept is not None and prompts(kept.messages) == ["one", "answer 1"]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("turns", [5, 25])
+def test_conversation_store_turn_costs_the_same_requests_at_any_length(turns: int) -> None:
+    from pydantic_ai.conversation import Conversation
+
+    from evstore.integrations.pydantic_ai import EvstoreConversationStore
+
+    from .helpers import CountingStore
+
+    counting = CountingStore(MemoryStore())
+    conversations = EvstoreConversationStore(Store(counting, root="r"))
+    agent = Agent(TestModel(custom_output_text="ok"))
+
+    async def turn(prompt: str) -> None:
+        conversation = await conversations.load("c") or Conversation(conversation_id="c")
+        await conversations.save(await agent.run(prompt, conversation=conversation))
+
+    async def scenario() -> dict[str, int]:
+        for i in range(turns):
+            await turn(f"p{i}")
+        counting.reset()
+        await turn("last")
+        return dict(counting.counts)
+
+    counts = asyncio.run(scenario())
+    assert counts == {"LIST": 2, "PUT": 1}, counts  # load and save read a LIST each (nothing new); the save is one PUT

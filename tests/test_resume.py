@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from evstore import AsyncStore, MemoryStore, ObjectStore, Store
-from evstore._backends import IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, StoredObject
+from evstore._backends import Forwarding, IncompleteUpload, LifecycleRule, ListPage, ObjectInfo, ObjectMissing, StoredObject
 
 from .helpers import CountingStore, msg, segment_sizes
 
@@ -143,6 +143,60 @@ def test_resume_then_append_waits_on_at_most_four_round_trips_to_5000_events_fiv
     # GETs are more than the pool's 32 threads, so a few of the tail's GETs wait for a thread: 4 or 5
     assert delayed.chain() <= (5 if length >= 10000 else 4)
     assert writer.head == length + 1 and len(context) == length
+
+
+@pytest.mark.parametrize("length", [2000, 10000])
+def test_a_session_past_its_first_page_resumes_in_two_rounds_and_the_append_its_tail_guessed(length: int) -> None:
+    """Past 1,000 events the first LIST page does not reach the loose tail after the segments: the
+    GETs of the 32 seqs after the chain (automatic compaction's tail is shorter) go out with the
+    tail's LIST, so no GET waits for it: the manifest round, the segments' round, the append. A
+    guessed seq past the head costs a request (a 404), read by nobody. (0.2 s a request: long
+    enough that the pool's threads start within it on a busy machine.)"""
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", length)
+    delayed = DelayedStore(inner, 0.2)
+    counted = CountingStore(delayed)
+    writer, context = Store(counted, root="root").resume("s")
+    writer.append(msg("next"))
+    assert delayed.chain() == 3
+    tail = length % 32  # the loose events after the newest young segment
+    event_gets = [key for kind, key in counted.keys if kind == "GET" and key.rsplit("/", 1)[1].isdigit()]
+    assert sorted(event_gets) == [f"root/sessions/s/{seq:020d}" for seq in range(length - tail + 1, length - tail + 33)]
+    assert writer.head == length + 1 and context == Store(inner, root="root").context("s")[:length]
+
+
+class _GoneOnce(Forwarding):
+    """The first GET of ``key`` answers 404, as a guessed GET sent just before a writer wrote it."""
+
+    def __init__(self, inner: ObjectStore, key: str) -> None:
+        super().__init__(inner)
+        self.key, self.missed = key, False
+
+    def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        if key == self.key and not self.missed:
+            self.missed = True
+            raise ObjectMissing(key)
+        return self.inner.get(key, max_bytes=max_bytes)
+
+
+def test_a_guessed_get_that_found_nothing_before_its_event_was_listed_is_read_again() -> None:
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", 2010)
+    raced = _GoneOnce(inner, f"root/sessions/s/{2008:020d}")
+    writer, context = Store(raced, root="root").resume("s")
+    assert raced.missed and writer.head == 2010 and len(context) == 2010
+    assert context[-3]["content"] == "m2007"
+
+
+def test_a_tail_longer_than_the_guess_is_read_whole() -> None:
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", 2000)
+    unpacked = Store(inner, root="root", auto_compact=None).open("s")
+    for i in range(100):
+        unpacked.append(msg(f"loose {i}"))
+    writer, context = Store(CountingStore(inner), root="root").resume("s")
+    assert writer.head == 2100 and [m["content"] for m in context[-2:]] == ["loose 98", "loose 99"]
+    assert len(context) == 2100
 
 
 def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from evstore._backends._s3 import _LISTED, S3Store, _parse_timestamp, _read_list_body
+from evstore._backends._s3 import _LISTED, S3Store, _listing, _parse_timestamp, _read_list_body
 from evstore._backends._s3_listing import ListedPage, parse_list_body
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
@@ -72,12 +72,19 @@ def test_a_body_it_does_not_read_exactly_is_left_to_botocore(unread: bytes) -> N
 def test_the_hook_hands_over_a_page_and_leaves_errors_and_unread_bodies_alone() -> None:
     listed: dict[str, Any] = {}
     response: dict[str, Any] = {"status_code": 200, "body": body(item("k"))}
-    _read_list_body(response, listed)
-    assert response["body"] == b"" and isinstance(next(iter(listed.values())), ListedPage)
-    for untouched in ({"status_code": 403, "body": body(item("k"))}, {"status_code": 200, "body": b"not xml"}):
-        before, listed = dict(untouched), {}
-        _read_list_body(untouched, listed)
-        assert untouched == before and listed == {}
+    _listing.active = True
+    try:
+        _read_list_body(response, listed)
+        assert response["body"] == b"" and isinstance(next(iter(listed.values())), ListedPage)
+        for untouched in ({"status_code": 403, "body": body(item("k"))}, {"status_code": 200, "body": b"not xml"}):
+            before, listed = dict(untouched), {}
+            _read_list_body(untouched, listed)
+            assert untouched == before and listed == {}
+    finally:
+        _listing.active = False
+    outside, listed = {"status_code": 200, "body": body(item("k"))}, {}
+    _read_list_body(outside, listed)  # not a call of list_page's
+    assert outside["body"] == body(item("k")) and listed == {}
 
 
 def test_pages_equal_botocores_over_moto_server(moto_endpoint: str) -> None:
@@ -89,11 +96,20 @@ def test_pages_equal_botocores_over_moto_server(moto_endpoint: str) -> None:
     for key in keys:
         client.put_object(Bucket=bucket, Key=key, Body=key.encode())
     store = S3Store(bucket, endpoint_url=moto_endpoint)
-    assert isinstance(store.client.list_objects_v2(Bucket=bucket, Prefix="r/")[_LISTED], ListedPage)  # the fast path ran
+    parsed_by_us: list[bool] = []
+    store.client.meta.events.register(
+        "after-call.s3.ListObjectsV2", lambda parsed, **_: parsed_by_us.append(_LISTED in parsed)
+    )
+    # the store's own client answers any other caller as botocore does
+    assert [c["Key"] for c in store.client.list_objects_v2(Bucket=bucket, Prefix="r/")["Contents"]] == sorted(keys)
+    assert parsed_by_us == [False]
+    parsed_by_us.clear()
     for max_keys, delimiter, first in ((3, "", ""), (1000, "/", ""), (1000, "", "r/sessions/s/00000000000000000004")):
         start, seen = first, []
         while True:
             page = store.list_page("r/", max_keys=max_keys, delimiter=delimiter, start_after=start)
+            assert parsed_by_us == [True], "list_page read the body itself"
+            parsed_by_us.clear()
             request: dict[str, Any] = {"Bucket": bucket, "Prefix": "r/", "MaxKeys": max_keys}
             if start:
                 request["StartAfter"] = start

@@ -17,7 +17,7 @@ from evstore._backends import ObjectInfo
 from evstore._backends._memory import page_of
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import"]
+SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 
 
 def test_memory_store_pages_found_by_bisection_agree_with_a_page_over_all_keys() -> None:
@@ -111,6 +111,7 @@ def test_quick_run_prints_every_section(tmp_path: Path) -> None:
         ("7.", "tail -f"),
         ("8.", "AsyncStore"),
         ("9.", "import"),
+        ("10.", "verify --all"),
     ]:
         assert f"## {number} {title}" in done.stdout, (number, done.stdout[-3000:])
     saved = json.loads(figures.read_text())

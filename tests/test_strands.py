@@ -102,6 +102,26 @@ def test_create_message_is_one_put(store: Store, backend: S3Store) -> None:
     assert dict(backend.requests) == {"PutObject": 1}
 
 
+def test_a_new_agent_reads_its_session_once_and_catches_up_once() -> None:
+    """A fresh process's restore: the session manager's read_session is one pass over the session
+    (Store.resume's requests), and the agent's restore (read_agent, list_messages) one LIST for
+    both (it was one each before)."""
+    from collections import Counter
+
+    from .helpers import CountingStore
+
+    counting = CountingStore(MemoryStore())
+    agent = make_agent(Store(counting), "chat")
+    agent("weather in the first city?")
+    agent("and the second?")
+    counting.reset()
+    Store(counting).resume("chat")
+    resume = Counter(counting.counts)
+    counting.reset()
+    assert make_agent(Store(counting), "chat").messages == agent.messages
+    assert counting.counts == resume + Counter({"LIST": 1}), (dict(counting.counts), dict(resume))
+
+
 def test_each_message_is_readable_in_the_evstore_log(store: Store) -> None:
     make_agent(store, "chat")("weather in the first city?")
     messages = [m for m in store.context("chat", repair="none") if m["meta"]["strands"]["kind"] == "message"]
@@ -178,8 +198,8 @@ def test_an_encrypted_store_seals_everything_and_resumes(backend: S3Store, root:
     keyring = Keyring.from_key(generate_key())
     agent = make_agent(Store(backend, root=root, keyring=keyring), "chat")
     agent("weather in the first city?")
-    listing = backend.client.list_objects_v2(Bucket=backend.bucket, Prefix=root + "/")["Contents"]
-    raw = b"".join(backend.client.get_object(Bucket=backend.bucket, Key=o["Key"])["Body"].read() for o in listing)
+    listing = list(backend.list(root + "/"))  # the store's own requests (its client reads LIST bodies itself)
+    raw = b"".join(backend.get(o.key).data for o in listing)
     assert len(listing) > 5 and b"weather" not in raw and b"City1" not in raw and b"SlidingWindow" not in raw
     assert make_agent(Store(backend, root=root, keyring=keyring), "chat").messages == agent.messages
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import threading
 import time
 import urllib.parse
 from collections import Counter
@@ -140,12 +141,18 @@ def _parse_timestamp(value: Any) -> datetime.datetime:
 
 #: Where ``_read_list_body`` leaves the page it read, in the response botocore returns.
 _LISTED = "EvstoreListedPage"
+#: ``_listing.active`` is set while ``S3Store.list_page`` calls ListObjectsV2 in this thread: only
+#: those calls are read by ``_read_list_body``, so other uses of the client get botocore's answer.
+_listing = threading.local()
 
 
 def _read_list_body(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
-    """botocore's ``before-parse`` hook for ListObjectsV2 on a client of the store's own: a page that
-    ``parse_list_body`` reads is handed over whole under ``_LISTED`` and botocore is left an empty
-    body to parse; any other response (an error, a body it does not read) goes to botocore as sent."""
+    """botocore's ``before-parse`` hook for ListObjectsV2 on a client of the store's own: during
+    ``list_page``, a page that ``parse_list_body`` reads is handed over whole under ``_LISTED`` and
+    botocore is left an empty body to parse; any other response (another caller's, an error, a
+    body it does not read) goes to botocore as sent."""
+    if not getattr(_listing, "active", False):
+        return
     if response_dict.get("status_code") != 200 or not isinstance(body := response_dict.get("body"), bytes):
         return
     page = parse_list_body(body, _parse_timestamp)
@@ -402,9 +409,12 @@ class S3Store(ObjectStore):
         if delimiter:
             args["Delimiter"] = delimiter
         try:
+            _listing.active = True
             response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args))
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from None
+        finally:
+            _listing.active = False
         listed = response.get(_LISTED)
         if not isinstance(listed, ListedPage):
             listed = ListedPage(

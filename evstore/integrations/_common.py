@@ -16,16 +16,27 @@ current head. Not thread-safe: each handle serialises its calls.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _write
 from .._codec import Message, MessagesBody, Retention, RewindBody
 from .._store import Session, Store
 from .._views import ContextFolder, Position
 
-__all__ = ["EVSTORE_FIELDS", "SessionLog"]
+__all__ = ["EVSTORE_FIELDS", "SessionLog", "meta_record"]
 
 #: The fields evstore gives a message a meaning of its own for: a framework message that has none of
 #: them is stored as it is; one that has any is wrapped (its exact value kept in ``meta``).
 EVSTORE_FIELDS = ("meta", "tool_calls", "tool_call_id", "name")
+
+
+def meta_record(message: Message, key: str) -> dict[str, Any] | None:
+    """The adapter record ``message["meta"][key]`` when it is a JSON object, else None: how every
+    adapter finds its own record in a message, whoever wrote the message (a message of another
+    tool, or a hostile one, may hold anything under ``meta``). Pure."""
+    meta = message.get("meta")
+    record = meta.get(key) if isinstance(meta, dict) else None
+    return record if isinstance(record, dict) else None
 
 
 class SessionLog:

@@ -130,6 +130,10 @@ _PREFIX_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 _STRATEGIES = ("keep_latest", "delete")
 #: Checkpoint summaries a saver keeps per session (id -> seq, refs); older ones are re-read when needed.
 _CACHE_LIMIT = 4096
+#: A checkpoint's span: its events up to the ``_SPAN``-th checkpoint event after it. A write put to
+#: it later is out of span (LangGraph's background puts at times land the next checkpoint before
+#: the last write of a step: a span of one checkpoint would leave many writes out).
+_SPAN = 3
 #: Sessions a saver keeps state for (writer, caches), least recently used dropped first.
 _STATES_LIMIT = 1024
 #: Base64 characters of channel values a saver keeps per session, so that a value that has not
@@ -286,6 +290,10 @@ class _State:
         self.known_head = 0  # the head up to which lcp/lid and the caches are exact
         self.lcp = 0
         self.lid: str | None = None
+        #: The span marks at known_head (``_marks``): the last checkpoint event's seq and the newest
+        #: out-of-span record's; None when the head event predates them (written by an older saver).
+        self.lc: list[int] | None = []
+        self.lo: int | None = 0
         self.infos: dict[str, _Info] = {}
         self.blobs: dict[tuple[str, str], int] = {}  # (channel, repr(version)) -> seq of its blob
         self.wkeys: dict[str, set[tuple[str, int]]] = {}  # checkpoint id -> (task_id, idx) stored
@@ -324,6 +332,11 @@ def _well_formed(record: Record) -> bool:
     kind: str = record["k"]
     if not isinstance(record.get("lcp", 0), int) or not isinstance(record.get("lid"), str | None):
         return False
+    if not all(type(record.get(mark, 0)) is int for mark in ("lo", "po")):
+        return False
+    lc = record.get("lc", [])
+    if not isinstance(lc, list) or len(lc) > _SPAN or not all(type(seq) is int for seq in lc):
+        return False
     if kind == "cp":
         return (
             isinstance(record.get("id"), str)
@@ -351,6 +364,27 @@ def _well_formed(record: Record) -> bool:
     if kind == "x":
         return isinstance(record.get("hide"), list) and all(isinstance(i, str) for i in record["hide"])
     return kind == "name"
+
+
+def _span_marks(record: Record) -> tuple[list[int] | None, int | None]:
+    """(lc, lo) of a record: the seqs of the last ``_SPAN`` checkpoint events at or before it
+    (oldest first), and the seq of the newest out-of-span record (a late write or a retraction)
+    at or before it; (None, None) for a record an older saver wrote, which the marks after it
+    cannot vouch for."""
+    lc, lo = record.get("lc"), record.get("lo")
+    return (lc, lo) if isinstance(lc, list) and isinstance(lo, int) else (None, None)
+
+
+def _mark(state: _State, record: Record, seq: int, *, out_of_span: bool = False) -> None:
+    """Give ``record``, to be appended at ``seq`` after ``state``'s head, its span marks (see
+    ``_span_marks``; none when the head's are unknown). An out-of-span record links to the one
+    before it (``po``), so a reader finds them all from the head, newest first."""
+    if state.lc is None or state.lo is None:
+        return
+    record["lc"] = [*state.lc, seq][-_SPAN:] if record["k"] == "cp" else state.lc
+    record["lo"] = seq if out_of_span else state.lo
+    if out_of_span:
+        record["po"] = state.lo
 
 
 def _typed(value: tuple[str, bytes]) -> list[str]:
@@ -496,6 +530,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         last = records[new[-1].seq]
         state.known_head = new[-1].seq
         state.lcp, state.lid = last.get("lcp") or 0, last.get("lid")
+        state.lc, state.lo = _span_marks(last)
         merged = {**state.tail, **records}
         latest = merged.get(state.lcp)
         early = set(latest.get("pre") or []) if latest is not None else set()
@@ -512,12 +547,14 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         last = next(iter(self._read(state.session_id, head, head)), None) if head else None
         state.known_head = head
         state.lcp, state.lid = (last[1].get("lcp") or 0, last[1].get("lid")) if last else (0, None)
+        state.lc, state.lo = _span_marks(last[1]) if last else (None, None) if head else ([], 0)
         state.tail = {last[0]: last[1]} if last and last[0] == head else {}
 
     def _reset(self, state: _State) -> None:
         state.writer = None
         state.known_head = state.lcp = 0
         state.lid = None
+        state.lc, state.lo = [], 0  # right for an empty session; _sync reads the head event of any other
         state.infos.clear()
         state.blobs.clear()
         state.wkeys.clear()
@@ -538,6 +575,8 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         if fold.head:
             state.known_head = fold.head
             state.lcp, state.lid = fold.lcp, fold.lid
+            head = fold.records.get(fold.head)
+            state.lc, state.lo = _span_marks(head) if head is not None else (None, None)
 
     def _tuple(
         self, thread_id: str, checkpoint_ns: str, session_id: str, fold: _Fold, checkpoint_id: str, state: _State | None = None
@@ -632,15 +671,72 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         return fold
 
     def _load_id(self, state: _State, checkpoint_id: str) -> _Fold:
-        """Events enough to build ``checkpoint_id`` with its writes: from its first event to the head."""
+        """Events enough to build ``checkpoint_id`` with its writes: its span (``_span_fold``) when
+        this saver knows its seq, else from its first event to the head."""
         writer = state.writer
         assert writer is not None
         info = state.infos.get(checkpoint_id)
+        if info is not None and (spanned := self._span_fold(state, checkpoint_id, info)) is not None:
+            return spanned
         start = info.first if info is not None else 1
         fold = self._fold(state.session_id, start, writer.head)
         if info is not None and checkpoint_id not in fold.live and checkpoint_id not in fold.hidden:
             fold = self._fold(state.session_id, 1, writer.head)  # the cache was wrong: read it all
         self._learn(state, fold, whole=start == 1)
+        return fold
+
+    def _span_fold(self, state: _State, checkpoint_id: str, info: _Info) -> _Fold | None:
+        """The events a checkpoint needs, read without reading to the head: its early writes
+        (``pre``), its event and the events after it up to the ``_SPAN``-th checkpoint event after it (its span:
+        read forwards in chunks that double), and the out-of-span records after that (late
+        writes, retractions), found from the head's ``lo`` through their ``po`` links, newest
+        first. None when a record on the way has no marks (an older saver's: read as before)
+        or the event at the seq this saver knows is not that checkpoint's."""
+        writer = state.writer
+        assert writer is not None
+        head, session_id = writer.head, state.session_id
+        records: dict[int, Record] = {}
+        start, size, stop = info.first, 8, 0
+        while not stop:
+            end = min(head, start + size - 1)
+            records.update(self._read(session_id, start, end))
+            for seq in range(start, end + 1):
+                if seq not in records:
+                    if seq < info.seq:
+                        continue
+                    return None  # not a LangGraph record: it carries no marks
+                if seq < info.seq:
+                    continue  # its early writes ("pre") and what came between them
+                lc, _ = _span_marks(records[seq])
+                if lc is None:
+                    return None
+                if info.seq not in lc:  # the _SPAN-th checkpoint event after it: the span ends before it
+                    stop = seq
+                    break
+            if not stop and end >= head:
+                stop = head + 1
+            start, size = end + 1, size * 2
+        found = records.get(info.seq)
+        if found is None or found["k"] != "cp" or found["id"] != checkpoint_id:
+            return None
+        tip = state.tail.get(head) if state.known_head == head else None
+        if tip is None:
+            tip = records.get(head) or next((r for _, r in self._read(session_id, head, head)), None)
+        cursor = _span_marks(tip)[1] if tip is not None else None
+        if cursor is None:
+            return None
+        early = set(found.get("pre") or [])
+        wanted = {seq: record for seq, record in records.items() if info.seq <= seq < stop or seq in early}
+        while cursor >= stop:
+            record = records.get(cursor) or next((r for _, r in self._read(session_id, cursor, cursor)), None)
+            previous = record.get("po") if record is not None else None
+            if record is None or not isinstance(previous, int) or not 0 <= previous < cursor:
+                raise IntegrityError(session_id, cursor, "an out-of-span LangGraph record is not where the marks say")
+            wanted[cursor] = record
+            cursor = previous
+        fold = _Fold()
+        for seq, record in sorted(wanted.items()):  # in log order, as written
+            fold.add(seq, record)
         return fold
 
     # ---- reading ---------------------------------------------------------------------
@@ -695,6 +791,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             try:
                 if remaining is None or before_id or only_id:
                     fold = self._fold(session_id)
+                    self._locate(session_id, fold)
                 else:
                     fold = self._newest_fold(session_id, remaining, filter)
             except SessionNotFoundError:
@@ -764,6 +861,14 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                     return fold
             end, size = start - 1, size * 2
 
+    def _locate(self, session_id: str, fold: _Fold) -> None:
+        """Keep where the live checkpoints a whole read found are, so that ``get_tuple`` of one
+        of them reads its span only (``_span_fold``); events never change where they are."""
+        state = self._state(session_id)
+        with state.lock:
+            for checkpoint_id, (seq, record) in fold.live.items():
+                state.remember(checkpoint_id, _Info(seq, record))
+
     def _matches(self, session_id: str, seq: int, record: Record, filter: dict[str, Any] | None) -> bool:
         if not filter:
             return True
@@ -791,8 +896,9 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             if state.writer.head:
                 self._load_latest(state)  # another process made it: continue from its head (synced)
             elif _thread_part(self.prefix, thread_id).startswith(_HASHED):
-                state.writer.append(_message({"k": "name", "thread": thread_id, "lcp": 0, "lid": None}))
+                state.writer.append(_message({"k": "name", "thread": thread_id, "lcp": 0, "lid": None, "lc": [], "lo": 0}))
                 state.known_head = state.writer.head
+                state.lc, state.lo = [], 0
         return state.writer
 
     def _info(self, state: _State, checkpoint_id: str) -> _Info | None:
@@ -833,6 +939,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         state = self._state(session_id)
         with state.lock:
             writer = self._writer(state, thread_id)
+            self._sync(state)  # the marks at the writer's head
             seq = writer.head + 1
             parent = self._info(state, parent_id) if parent_id else None
             latest = state.infos.get(state.lid) if state.lid else None
@@ -878,6 +985,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             run_id = full_metadata.get("run_id")
             if isinstance(run_id, str):
                 record["run"] = run_id
+            _mark(state, record, seq)
             try:  # keyed by the checkpoint id: a put retried after a lost answer lands once
                 writer.append(_message(record), expected_head=seq - 1, idempotency_key=f"lg-checkpoint:{checkpoint['id']}")
             except BaseException:
@@ -887,6 +995,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 state.tail = {s: state.tail[s] for s in pre if s in state.tail}
             state.tail[seq] = record
             state.known_head, state.lcp, state.lid = writer.head, lcp, lid
+            state.lc, state.lo = _span_marks(record)
             state.remember(checkpoint["id"], _Info(seq, record))
             state.keep(seq, record)
             for channel, version in new_versions.items():
@@ -917,6 +1026,7 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
         state = self._state(session_id)
         with state.lock:
             writer = self._writer(state, thread_id)
+            self._sync(state)  # lcp, lid and the marks at the writer's head
             keys = state.wkeys.get(checkpoint_id)
             if keys is None:
                 keys = self._stored_keys(state, checkpoint_id)
@@ -933,8 +1043,16 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
                 "lcp": state.lcp,
                 "lid": state.lid,
             }
+            # Out of span: _SPAN checkpoint events came after its checkpoint's, or its checkpoint is
+            # an older one this saver does not know the seq of. A write to a checkpoint newer than
+            # any stored is early: its checkpoint's event lists it ("pre").
+            target = state.infos.get(checkpoint_id)
+            newer = state.lid is None or checkpoint_id > state.lid
+            late = state.lc is not None and (target.seq not in state.lc if target is not None else not newer)
+            _mark(state, record, writer.head + 1, out_of_span=late)
             writer.append(_message(record), expected_head=writer.head)
             state.known_head = writer.head
+            state.lc, state.lo = _span_marks(record)
             state.tail[writer.head] = record
             keys.update((task_id, slot) for slot in slots)
             state.wkeys[checkpoint_id] = keys
@@ -983,7 +1101,10 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
             rest = sorted(set(fold.live) - set(hidden))
             lid = rest[-1] if rest else None
             lcp = fold.live[lid][0] if lid else 0
-            writer.append(_message({"k": "x", "hide": hidden, "lcp": lcp, "lid": lid}), expected_head=writer.head)
+            self._sync(state)
+            retraction: Record = {"k": "x", "hide": hidden, "lcp": lcp, "lid": lid}
+            _mark(state, retraction, writer.head + 1, out_of_span=True)
+            writer.append(_message(retraction), expected_head=writer.head)
             self._reset(state)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -1050,7 +1171,11 @@ class EvstoreSaver(BaseCheckpointSaver[str]):
 
     def _latest_marks(self, session_id: str, head: int) -> dict[str, Any]:
         last = next(iter(self._read(session_id, head, head)), None)
-        return {"lcp": last[1].get("lcp") or 0, "lid": last[1].get("lid")} if last else {"lcp": 0, "lid": None}
+        if last is None:
+            return {"lcp": 0, "lid": None, "lc": [], "lo": 0}
+        marks: dict[str, Any] = {"lcp": last[1].get("lcp") or 0, "lid": last[1].get("lid")}
+        lc, lo = _span_marks(last[1])
+        return marks if lc is None else {**marks, "lc": lc, "lo": lo}
 
     # ---- delta channels -------------------------------------------------------------
 

@@ -73,7 +73,7 @@ from .._async import AsyncStore, Outcome
 from .._codec import ROLES, Message, Retention
 from .._errors import SessionNotFoundError
 from .._store import Store
-from ._common import EVSTORE_FIELDS, SessionLog
+from ._common import EVSTORE_FIELDS, SessionLog, meta_record
 
 if TYPE_CHECKING:  # typing only: importing the SDK costs seconds
     from agents.memory import SessionSettings
@@ -122,9 +122,9 @@ def item_to_message(item: dict[str, Any]) -> Message:
 
 def message_to_items(message: Message) -> list[dict[str, Any]]:
     """The SDK items one evstore message stands for (exactly the added item for our own)."""
-    meta = message.get("meta")
-    if isinstance(meta, dict) and isinstance(meta.get(ITEM_KEY), dict):
-        return [meta[ITEM_KEY]]
+    item = meta_record(message, ITEM_KEY)
+    if item is not None:
+        return [item]
     if not any(field in message for field in EVSTORE_FIELDS):
         return [message]
     # written by another tool: translate chat-completions fields into Responses items

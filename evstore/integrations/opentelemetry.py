@@ -89,6 +89,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
+from operator import add
 from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
@@ -126,6 +127,8 @@ CONVERSATION_ID = "gen_ai.conversation.id"
 KINDS = ("PUT", "GET", "HEAD", "LIST", "DELETE")
 _PUT, _GET, _HEAD, _LIST, _DELETE = range(len(KINDS))
 _KIND_ATTRIBUTES = tuple(f"evstore.requests.{kind.lower()}" for kind in KINDS)
+#: ``network.io.direction`` of the bytes ``_Telemetry`` totals: PUT bodies sent, GET bodies received.
+_DIRECTIONS = ("transmit", "receive")
 
 #: Histogram buckets: store operations take from microseconds (memory) to minutes (gc of a bucket).
 _DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -149,9 +152,8 @@ class _OperationBackend(Forwarding):
         self._lock = threading.Lock()
 
     def _sent(self) -> int:
-        """The depth of a request being sent now."""
-        with self._lock:
-            return self.round_trips + 1
+        """The depth of a request being sent now (one read of an int, whole under any thread: no lock)."""
+        return self.round_trips + 1
 
     def _answered(self, kind: int, depth: int, *, times: int = 1, up: int = 0, down: int = 0) -> None:
         """A request sent at ``depth`` answered (``times``: the requests of a batch, one after another)."""
@@ -357,25 +359,25 @@ class _Telemetry:
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
         )
         self._lock = threading.Lock()
-        # metric attribute sets -> totals; the sets are made once each (a few dozen at most) and reused
+        # the totals, added to as each operation ends; attribute sets are made when a reader collects
         self._operations: dict[tuple[str, str], list[Any]] = {}  # (operation, outcome) -> [attributes, total]
-        self._requests: dict[tuple[str, int], list[Any]] = {}  # (operation, kind) -> [attributes, total]
-        self._io: dict[tuple[str, str], list[Any]] = {}  # (operation, direction) -> [attributes, total]
+        self._requests: dict[str, list[int]] = {}  # operation -> requests by kind, in KINDS order
+        self._io: dict[str, list[int]] = {}  # operation -> [bytes transmitted (PUT), received (GET)]
         meter.create_observable_counter(
             "evstore.operations",
-            callbacks=[lambda _: self._observe(self._operations)],
+            callbacks=[lambda _: self._observe_operations()],
             unit="{operation}",
             description="evstore store operations finished",
         )
         meter.create_observable_counter(
             "evstore.requests",
-            callbacks=[lambda _: self._observe(self._requests)],
+            callbacks=[lambda _: self._observe_by(self._requests, "evstore.request.kind", KINDS)],
             unit="{request}",
             description="Requests evstore sent to the object store",
         )
         meter.create_observable_counter(
             "evstore.io",
-            callbacks=[lambda _: self._observe(self._io)],
+            callbacks=[lambda _: self._observe_by(self._io, "network.io.direction", _DIRECTIONS)],
             unit="By",
             description="Object bodies evstore sent (PUT) and received (GET)",
         )
@@ -394,25 +396,31 @@ class _Telemetry:
             if operation is None:
                 operation = self._operations[(name, outcome)] = [{"evstore.operation": name, "evstore.outcome": outcome}, 0]
             operation[1] += 1
-            for kind, count in enumerate(backend.requests):
-                if count:
-                    total = self._requests.get((name, kind))
-                    if total is None:
-                        attributes = {"evstore.operation": name, "evstore.request.kind": KINDS[kind]}
-                        total = self._requests[(name, kind)] = [attributes, 0]
-                    total[1] += count
-            for direction, size in (("transmit", backend.bytes_up), ("receive", backend.bytes_down)):
-                if size:
-                    total = self._io.get((name, direction))
-                    if total is None:
-                        attributes = {"evstore.operation": name, "network.io.direction": direction}
-                        total = self._io[(name, direction)] = [attributes, 0]
-                    total[1] += size
+            requests = self._requests.get(name)
+            if requests is None:
+                requests = self._requests[name] = [0] * len(KINDS)
+            requests[:] = map(add, requests, backend.requests)
+            io = self._io.get(name)
+            if io is None:
+                io = self._io[name] = [0, 0]
+            io[0] += backend.bytes_up
+            io[1] += backend.bytes_down
         self.duration.record(elapsed, operation[0])
 
-    def _observe(self, totals: dict[Any, list[Any]]) -> list[Observation]:
+    def _observe_operations(self) -> list[Observation]:
         with self._lock:
-            return [Observation(total, attributes) for attributes, total in totals.values()]
+            return [Observation(total, attributes) for attributes, total in self._operations.values()]
+
+    def _observe_by(self, totals: dict[str, list[int]], attribute: str, names: tuple[str, ...]) -> list[Observation]:
+        """A point per operation and ``attribute`` (one of ``names``, by position) that has a total."""
+        with self._lock:
+            found = [(name, list(values)) for name, values in totals.items()]
+        return [
+            Observation(total, {"evstore.operation": name, attribute: names[index]})
+            for name, values in found
+            for index, total in enumerate(values)
+            if total
+        ]
 
 
 class _Stream(Iterator[T]):

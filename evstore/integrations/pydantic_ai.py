@@ -39,12 +39,15 @@ and are cancel-safe (a cancelled save settles before ``CancelledError``).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import pydantic
 import pydantic_core
+from pydantic_ai.conversation_store import ConversationConflict, ConversationEntry, ConversationRecord, ConversationStore
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -55,10 +58,21 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from .. import AsyncStore, IntegrityError, InvalidInputError, Message, Retention, SessionNotFoundError, Store
+from .. import (
+    AsyncStore,
+    IntegrityError,
+    InvalidInputError,
+    Message,
+    Retention,
+    SessionExistsError,
+    SessionNotFoundError,
+    Store,
+    WriteConflictError,
+)
 from ._common import SessionLog
+from ._names import escape
 
-__all__ = ["META_KEY", "EvstoreHistory", "from_messages", "to_messages"]
+__all__ = ["ENTRY_KEY", "META_KEY", "RECORD_KEY", "EvstoreConversationStore", "EvstoreHistory", "from_messages", "to_messages"]
 
 #: The meta key holding a message as ``ModelMessagesTypeAdapter`` dumps it.
 META_KEY = "pydantic_ai"
@@ -198,3 +212,253 @@ class EvstoreHistory:
     async def asave(self, messages: Sequence[ModelMessage]) -> int | None:
         """``save`` in the async store's pool (cancel-safe: settles before ``CancelledError``)."""
         return await self.async_store.run(self.save, list(messages))
+
+
+# ---- Pydantic AI's own persistence hook: a ConversationStore --------------------------------------
+
+#: The meta keys of a conversation's evstore messages: an entry's id and parent, and the record.
+ENTRY_KEY = "pydantic_ai_entry"
+RECORD_KEY = "pydantic_ai_record"
+_RECORDS = pydantic.TypeAdapter(ConversationRecord)
+_SESSION_PART_MAX = 100
+
+
+class _Conversation:
+    """A conversation as this store last read it: its log, its latest record and its entries."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.lock = threading.Lock()
+        self.log: SessionLog | None = None
+        self.record: dict[str, Any] | None = None
+        #: entry id -> (parent id, the message as ModelMessagesTypeAdapter dumps it, the seq of its event)
+        self.entries: dict[str, tuple[str | None, Any, int]] = {}
+
+    def fold(self) -> None:
+        """Entries and the latest record from the live messages (a later record replaces one before)."""
+        assert self.log is not None
+        self.record, self.entries = None, {}
+        for position, message in self.log.live:
+            meta = message.get("meta")
+            if not isinstance(meta, dict):
+                continue
+            if isinstance(meta.get(RECORD_KEY), dict):
+                self.record = None if meta[RECORD_KEY].get("deleted") is True else meta[RECORD_KEY]
+            entry = meta.get(ENTRY_KEY)
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(meta.get(META_KEY), dict):
+                parent = entry.get("parent")
+                self.entries[entry["id"]] = (parent if isinstance(parent, str) else None, meta[META_KEY], position.seq)
+
+
+class EvstoreConversationStore(ConversationStore):
+    """Pydantic AI's ``ConversationStore`` on evstore: load a ``Conversation``, run, ``save(result)``.
+
+    One evstore session per conversation (``prefix`` + the escaped conversation id, or a hash
+    of a long one). Each ``write_record`` is one event, appended on the head this store last
+    read (a conditional PUT): the new entries, one evstore message each (role, text and the
+    exact message in ``meta.pydantic_ai``, the entry's id and parent in
+    ``meta.pydantic_ai_entry``), then the record (``meta.pydantic_ai_record``). So a save
+    conflicting with another writer stores nothing and raises ``ConversationConflict``, and
+    the record and its entries land together. A fork is ``Store.fork`` at the event holding
+    the entry it keeps (O(1), sharing the source's objects); ``delete`` appends a tombstone
+    record on the head it read (so a save since makes it conflict) and deletes the session
+    (its objects stay while a fork needs them, until ``evstore gc``).
+
+    The store keeps each conversation it read, as ``EvstoreHistory`` does: a later read lists
+    only what other processes appended (one LIST when nothing came), so ``load`` and ``save``
+    of a turn cost 3 requests at any length. ``read_entry`` answers for the conversations this
+    store has read (``KeyError`` for another entry); ``list_conversations`` reads every
+    conversation under the prefix. Async methods run in an ``AsyncStore``'s bounded pool.
+    """
+
+    def __init__(self, store: Store | AsyncStore, *, prefix: str = "pai-") -> None:
+        if not isinstance(prefix, str) or not 1 <= len(prefix) <= 20 or not prefix[0].isascii() or not prefix[0].isalnum():
+            raise InvalidInputError("prefix must be 1-20 characters, starting with a letter or digit")
+        self.async_store = store if isinstance(store, AsyncStore) else AsyncStore(store)
+        self.store: Store = self.async_store.store
+        self.prefix = prefix
+        self._conversations: dict[str, _Conversation] = {}
+        self._where: dict[str, str] = {}  # entry id -> the conversation id whose session holds it
+        self._lock = threading.Lock()
+
+    def session_id(self, conversation_id: str) -> str:
+        """The evstore session holding a conversation."""
+        part = escape(conversation_id.encode("utf-8", "surrogatepass"), upper=False)
+        if len(part) > _SESSION_PART_MAX:
+            part = "_h" + hashlib.sha256(conversation_id.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+        return self.prefix + part
+
+    def _conversation(self, conversation_id: str) -> _Conversation:
+        with self._lock:
+            found = self._conversations.get(conversation_id)
+            if found is None:
+                found = self._conversations[conversation_id] = _Conversation(self.session_id(conversation_id))
+            return found
+
+    def _refresh(self, state: _Conversation) -> bool:
+        """Bring ``state`` to its session's head (a full read the first time); False once it has none."""
+        try:
+            if state.log is None:
+                state.log = SessionLog.resume(self.store, state.session_id)
+                changed = True
+            else:
+                changed = state.log.catch_up()
+        except SessionNotFoundError:
+            state.log, state.record, state.entries = None, None, {}
+            return False
+        if changed:
+            state.fold()
+        return True
+
+    def _record(self, conversation_id: str) -> ConversationRecord | None:
+        state = self._conversation(conversation_id)
+        with state.lock:
+            self._refresh(state)
+            data = state.record
+            with self._lock:
+                self._where.update(dict.fromkeys(state.entries, conversation_id))
+        if data is None:
+            return None
+        try:
+            record = _RECORDS.validate_python(data)
+        except pydantic.ValidationError as exc:
+            raise IntegrityError(
+                state.session_id, None, f"a stored conversation record does not validate ({exc.error_count()} errors)"
+            ) from None
+        return record if record.conversation_id == conversation_id else None
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        return await self.async_store.run(self._record, conversation_id)
+
+    def _records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
+        found: list[ConversationRecord] = []
+        for session_id in self.store.list_sessions(self.prefix):
+            log = None
+            try:
+                log = SessionLog.resume(self.store, session_id)
+            except SessionNotFoundError:
+                continue
+            probe = _Conversation(session_id)
+            probe.log = log
+            probe.fold()
+            conversation_id = probe.record.get("conversation_id") if probe.record else None
+            if isinstance(conversation_id, str) and self.session_id(conversation_id) == session_id:
+                record = self._record(conversation_id)
+                if record is not None and (scope is None or record.scope == scope):
+                    found.append(record)
+        found.sort(key=lambda record: record.updated_at, reverse=True)
+        return found[:limit]
+
+    async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
+        return await self.async_store.run(self._records, scope, limit)
+
+    def _write(self, record: ConversationRecord, new_entries: Sequence[ConversationEntry], expected_revision: str | None) -> None:
+        conversation_id = record.conversation_id
+        state = self._conversation(conversation_id)
+        stored = [
+            {**message, "meta": {**message["meta"], ENTRY_KEY: {"id": entry.id, "parent": entry.parent_id}}}
+            for entry, message in zip(new_entries, to_messages([e.message for e in new_entries]), strict=True)
+        ]
+        record_message: Message = {
+            "role": "system",
+            "content": None,
+            "meta": {RECORD_KEY: _RECORDS.dump_python(record, mode="json")},
+        }
+        with state.lock:
+            if state.log is None:  # else the head last read: the append is conditional on it
+                self._refresh(state)
+            if (state.record.get("revision") if state.record else None) != expected_revision:
+                raise ConversationConflict(conversation_id)
+            head = record.head_id
+            if (
+                state.log is None
+                and head is not None
+                and record.forked_from is not None
+                and head not in {e.id for e in new_entries}
+            ):
+                self._fork_into(state, record.forked_from, head)
+            if head is not None and head not in state.entries and head not in {e.id for e in new_entries}:
+                raise ConversationConflict(conversation_id)
+            try:
+                if state.log is None:
+                    state.log = SessionLog.resume(self.store, state.session_id, create=True)
+                    state.fold()
+                    if (state.record.get("revision") if state.record else None) != expected_revision:
+                        raise ConversationConflict(conversation_id)
+                state.log.append([*stored, record_message])
+            except WriteConflictError:
+                raise ConversationConflict(conversation_id) from None
+            state.fold()
+            with self._lock:
+                self._where.update(dict.fromkeys(state.entries, conversation_id))
+
+    def _fork_into(self, state: _Conversation, source_id: str, head: str) -> None:
+        """Fork the source conversation's session at the event holding ``head`` into ``state``'s."""
+        source = self._conversation(source_id)
+        with source.lock:
+            self._refresh(source)
+            located = source.entries.get(head)
+        if located is None:
+            return  # not the source's: write_record refuses it
+        try:
+            self.store.fork(source.session_id, state.session_id, at=located[2])
+        except SessionExistsError:
+            raise ConversationConflict(state.session_id) from None
+        self._refresh(state)
+
+    async def write_record(
+        self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (), expected_revision: str | None
+    ) -> None:
+        await self.async_store.run(self._write, record, list(new_entries), expected_revision)
+
+    def _delete(self, conversation_id: str, expected_revision: str) -> None:
+        state = self._conversation(conversation_id)
+        with state.lock:
+            if not self._refresh(state) or state.record is None or state.record.get("revision") != expected_revision:
+                raise ConversationConflict(conversation_id)
+            assert state.log is not None
+            tombstone: Message = {"role": "system", "content": None, "meta": {RECORD_KEY: {"deleted": True}}}
+            try:  # on the head read: a save since makes this conflict
+                state.log.append([tombstone])
+            except WriteConflictError:
+                raise ConversationConflict(conversation_id) from None
+            with contextlib.suppress(SessionNotFoundError):
+                self.store.delete(state.session_id)
+            state.log, state.record, state.entries = None, None, {}
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        await self.async_store.run(self._delete, conversation_id, expected_revision)
+
+    def _history(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
+        if head_id is None:
+            return []
+        with self._lock:
+            conversation_id = self._where.get(head_id)
+        if conversation_id is None:
+            raise KeyError(head_id)
+        state = self._conversation(conversation_id)
+        with state.lock:
+            chain: list[tuple[str, str | None, Any]] = []
+            entry_id: str | None = head_id
+            while entry_id is not None and (limit is None or len(chain) < limit):
+                found = state.entries.get(entry_id)
+                if found is None:
+                    raise KeyError(entry_id)
+                chain.append((entry_id, found[0], found[1]))
+                entry_id = found[0]
+        chain.reverse()
+        try:
+            messages = ModelMessagesTypeAdapter.validate_python([data for _, _, data in chain])
+        except pydantic.ValidationError as exc:
+            raise IntegrityError(
+                state.session_id, None, f"stored Pydantic AI messages do not validate ({exc.error_count()} errors)"
+            ) from None
+        return [ConversationEntry(id=i, parent_id=p, message=m) for (i, p, _), m in zip(chain, messages, strict=True)]
+
+    async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
+        """The entries up to ``head_id`` from memory (the conversation holding it was read): no request."""
+        return await self.async_store.run(self._history, head_id, limit)
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        entries = await self.async_store.run(self._history, entry_id, 1)
+        return entries[0]

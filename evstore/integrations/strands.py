@@ -62,7 +62,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from strands.hooks import BeforeInvocationEvent, HookRegistry
@@ -74,7 +74,7 @@ from .._codec import ROLES, Message, Retention
 from .._errors import SessionExistsError, SessionNotFoundError, WriteConflictError
 from .._store import Store
 from .._views import Position
-from ._common import EVSTORE_FIELDS, SessionLog
+from ._common import EVSTORE_FIELDS, SessionLog, meta_record
 
 if TYPE_CHECKING:
     from strands.multiagent.base import MultiAgentBase
@@ -85,9 +85,7 @@ __all__ = ["EvstoreSessionManager", "EvstoreSessionRepository", "session_manager
 
 
 def _strands_meta(message: Message) -> dict[str, Any] | None:
-    meta = message.get("meta")
-    entry = meta.get("strands") if isinstance(meta, dict) else None
-    return entry if isinstance(entry, dict) else None
+    return meta_record(message, "strands")
 
 
 def _record(kind: str, record: dict[str, Any], record_id: str | None = None) -> Message:
@@ -148,6 +146,8 @@ class EvstoreSessionRepository(SessionRepository):
         #: Sessions whose last write raised ``WriteConflictError``: the next call reads what the
         #: other writer appended before it writes (a write never reads otherwise).
         self._stale: set[str] = set()
+        #: Inside ``reading_once``: the sessions read there (None outside).
+        self._read_once: set[str] | None = None
         self._lock = threading.RLock()
 
     def evstore_id(self, session_id: str) -> str:
@@ -156,11 +156,30 @@ class EvstoreSessionRepository(SessionRepository):
 
     # ---- the log ------------------------------------------------------------
 
+    @contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Within it (in this thread: it holds the repository's lock), a session is brought up to
+        date by its first read only; later reads there use what that one read, as if all of them
+        had happened at once. For reads that belong together: ``EvstoreSessionManager`` restores
+        an agent in it (``read_agent`` and ``list_messages``, one LIST for both). Writes stay
+        conditional on the head, so a write made from such a read never overwrites."""
+        with self._lock:
+            outer = self._read_once
+            self._read_once = set() if outer is None else outer
+            try:
+                yield
+            finally:
+                self._read_once = outer
+
     def _log(self, session_id: str) -> SessionLog | None:
         """The session's log brought up to date (events other writers appended are folded in: one
-        LIST when there are none); None when the session does not exist."""
+        LIST when there are none; none inside ``reading_once`` once read there); None when the
+        session does not exist."""
         sid = self.evstore_id(session_id)
         log = self._logs.get(sid)
+        once = self._read_once
+        if log is not None and once is not None and sid in once and sid not in self._stale:
+            return log
         if log is None:
             try:
                 log = SessionLog.resume(self.store, sid)
@@ -174,6 +193,8 @@ class EvstoreSessionRepository(SessionRepository):
                 del self._logs[sid]
                 return None
         self._stale.discard(sid)
+        if once is not None:
+            once.add(sid)
         return log
 
     def _existing(self, session_id: str) -> SessionLog:
@@ -392,6 +413,13 @@ class EvstoreSessionManager(RepositorySessionManager):
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         super().register_hooks(registry, **kwargs)
         registry.add_callback(BeforeInvocationEvent, lambda event: self._restore_if_stale(event.agent))
+
+    def initialize(self, agent: LocalAgent, **kwargs: Any) -> None:
+        """Strands' restore, its reads of an ``EvstoreSessionRepository`` made as one
+        (``reading_once``: one LIST for the agent record and its messages)."""
+        repository = self.session_repository
+        with repository.reading_once() if isinstance(repository, EvstoreSessionRepository) else nullcontext():
+            super().initialize(agent, **kwargs)
 
     @contextmanager
     def _marking(self, agent: LocalAgent) -> Iterator[None]:

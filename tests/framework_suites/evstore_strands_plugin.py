@@ -9,10 +9,12 @@ repositories become evstore's ``EvstoreSessionRepository``.
 * the tests' ``MockedSessionRepository`` (an in-memory repository) by an
   ``EvstoreSessionRepository`` over a ``MemoryStore``.
 
+and for the snapshot manager's tests (Strands' ``SnapshotSessionManager`` over its ``Storage``):
+
+* ``LocalFileStorage(base_dir)`` is replaced by ``EvstoreStorage`` over ``LocalStore(base_dir)``.
+
 Tests of the file and S3 layouts (paths, keys, JSON files, symlinks, boto client options) are
-skipped with the reason below; the snapshot manager's tests are deselected (they exercise
-Strands' snapshot ``Storage``, which has no session repository to substitute). Every other
-test runs unchanged.
+skipped with the reason below. Every other test runs unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import pytest
 
 from evstore import LocalStore, MemoryStore, Store
 from evstore.integrations.strands import EvstoreSessionManager, EvstoreSessionRepository
+from evstore.integrations.strands_storage import EvstoreStorage
 
 created: list[str] = []  # kinds of the substituted repositories made: the summary line proves the substitution
 
@@ -65,6 +68,15 @@ class EvstoreS3SessionManager(EvstoreSessionRepository):
         created.append("s3")
 
 
+class EvstoreLocalFileStorage(EvstoreStorage):
+    """``LocalFileStorage(base_dir)``'s constructor: an ``EvstoreStorage`` over ``LocalStore(base_dir)``."""
+
+    def __init__(self, base_dir: str = "./.strands/", **kwargs: Any) -> None:
+        self.base_dir = base_dir
+        super().__init__(Store(LocalStore(Path(base_dir))))
+        created.append("storage")
+
+
 class EvstoreMockedSessionRepository(EvstoreSessionRepository):
     """The tests' in-memory repository, as evstore over a ``MemoryStore``."""
 
@@ -93,16 +105,22 @@ def pytest_configure(config: pytest.Config) -> None:
     strands.session.S3SessionManager = s3_manager  # type: ignore[attr-defined]
     strands.session.s3_session_manager.S3SessionManager = s3_manager  # type: ignore[attr-defined]
     mocked.MockedSessionRepository = EvstoreMockedSessionRepository  # type: ignore[attr-defined]
+    import strands.storage
+
+    strands.storage.LocalFileStorage = EvstoreLocalFileStorage  # type: ignore[misc]
 
 
 _LAYOUT = "probes the file layout of FileSessionManager (paths, JSON files on disk)"
 _S3_LAYOUT = "probes the S3 layout or boto client of S3SessionManager (keys, user agent, config)"
 _SYMLINK = "symlink attacks on FileSessionManager's directory layout: evstore writes no such paths"
 
+_SNAPSHOT = "test_snapshot_session_manager.py"
+_STORAGE_NAME = "asserts the class name LocalFileStorage recorded in the snapshot (evstore's is EvstoreLocalFileStorage)"
 _FILE = "test_file_session_manager.py"
 _S3 = "test_s3_session_manager.py"
 #: (module, test name without parameters) -> reason for skipping it
 SKIPS: dict[tuple[str, str], str] = {
+    (_SNAPSHOT, "test_save_writes_external_ref_for_durable_storage"): _STORAGE_NAME,
     **{
         (_FILE, name): _LAYOUT
         for name in (
@@ -139,9 +157,7 @@ SKIPS: dict[tuple[str, str], str] = {
     },
 }
 
-_DESELECTED_MODULES = {
-    "test_snapshot_session_manager.py": "SnapshotSessionManager over Strands' snapshot Storage (no session repository)",
-}
+_DESELECTED_MODULES: dict[str, str] = {}
 
 
 _deselected: list[int] = []

@@ -2,7 +2,10 @@
 
 Run by the two-process tests (tests/test_openai_agents.py, tests/test_strands.py)::
 
-    python tests/scripts/handle_worker.py --framework openai|strands --store DIR --session S --label A
+    python tests/scripts/handle_worker.py --framework openai|strands|strands-snapshot --store DIR --session S --label A
+
+(``strands-snapshot``: a Strands agent whose session manager is ``snapshot_session_manager``,
+Strands' ``SnapshotSessionManager`` over ``EvstoreStorage``.)
 
 It reads one JSON command per line on stdin and answers each with one JSON line on stdout:
 
@@ -135,17 +138,18 @@ def openai_worker(store: Any, session_id: str, label: str) -> None:
         reply({"ok": True, "model_input": model.inputs[0]})
 
 
-def strands_worker(store: Any, session_id: str, label: str) -> None:
+def strands_worker(store: Any, session_id: str, label: str, snapshots: bool = False) -> None:
     from strands import Agent
 
     from evstore.integrations.strands import session_manager
+    from evstore.integrations.strands_storage import snapshot_session_manager
     from tests.scripts.strands_model import ScriptedModel, get_weather
 
     model = ScriptedModel(label)
     agent = Agent(  # one agent (and session manager) for every turn: a long-lived worker's
         model=model,
         tools=[get_weather],
-        session_manager=session_manager(session_id, store),
+        session_manager=(snapshot_session_manager if snapshots else session_manager)(session_id, store),
         agent_id="main",
         callback_handler=None,
     )
@@ -163,7 +167,7 @@ def strands_worker(store: Any, session_id: str, label: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--framework", choices=["openai", "strands"], required=True)
+    parser.add_argument("--framework", choices=["openai", "strands", "strands-snapshot"], required=True)
     parser.add_argument("--store", required=True, help="a local directory")
     parser.add_argument("--session", required=True)
     parser.add_argument("--label", required=True)
@@ -173,7 +177,10 @@ def main() -> None:
     from evstore import LocalStore, Store
 
     store = Store(LocalStore(Path(args.store)))
-    (openai_worker if args.framework == "openai" else strands_worker)(store, args.session, args.label)
+    if args.framework == "openai":
+        openai_worker(store, args.session, args.label)
+    else:
+        strands_worker(store, args.session, args.label, snapshots=args.framework == "strands-snapshot")
 
 
 if __name__ == "__main__":
