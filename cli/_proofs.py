@@ -24,7 +24,11 @@ _CHECKPOINT_HELP = "Use the newest checkpoint object (written at compaction ever
 @click.command("tree-head")
 @click.argument("session")
 @click.option("--size", type=click.IntRange(min=1), help="The tree of the first SIZE events (default: all).")
-@click.option("--checkpoint", is_flag=True, help="The tree of the newest checkpoint object, read from it: a few requests.")
+@click.option(
+    "--checkpoint",
+    is_flag=True,
+    help="The newest checkpoint object's tree, read from it (a few requests): verify --expect --full it before keeping it.",
+)
 @click.option("--json", "as_json", is_flag=True, help='One JSON object: {"session_id", "size", "root"}.')
 @pass_context
 def tree_head(state: Context, session: str, size: int | None, checkpoint: bool, as_json: bool) -> None:

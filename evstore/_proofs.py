@@ -228,14 +228,14 @@ def _stored(
 
 
 def tree_head(ctx: StoreContext, session_id: str, size: int | None = None, *, checkpoint: bool = False) -> TreeHead:
-    """The tree head of the first ``size`` events (all by default: a replay); from checkpoint
-    objects when ``size`` is one's or lies before one, and with ``checkpoint`` the newest
-    checkpoint's (a replay of all events when no usable checkpoint object is there)."""
-    if size is not None or checkpoint:
-        stored, _ = _stored(ctx, session_id, least=size or 1, tie=[size - 1] if size else (), prefixes=[size] if size else ())
+    """The tree head of the first ``size`` events (all by default), read from every event: what an
+    auditor keeps. With ``checkpoint``, the newest checkpoint object's, read from it (a few
+    requests; only as trustworthy as the checkpoint objects: docs/security.md), or, when none
+    serves, that of every event."""
+    if checkpoint:
+        stored, _ = _stored(ctx, session_id, least=1)
         if stored is not None:
-            at = size or stored.checkpoint
-            return TreeHead(session_id, at, stored.root(at).hex())
+            return TreeHead(session_id, stored.checkpoint, stored.root(stored.checkpoint).hex())
     found = leaves(ctx, session_id, size)
     return TreeHead(session_id, len(found), _merkle.root(found).hex())
 

@@ -205,7 +205,7 @@ class Store:
         return _proofs.verify_tree(self.shared, session_id, expected, full=full)
 
     def tree_head(self, session_id: str, *, size: int | None = None, checkpoint: bool = False) -> TreeHead:
-        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all; ``checkpoint``: the newest checkpoint's)."""
+        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all; ``checkpoint``: the newest checkpoint object's)."""
         return _proofs.tree_head(self.shared, session_id, size, checkpoint=checkpoint)
 
     def prove(self, session_id: str, seq: int, *, size: int | None = None, checkpoint: bool = False) -> InclusionProof:

@@ -144,9 +144,13 @@ def test_automatic_compaction_writes_a_checkpoint_object_every_256_events_that_r
         assert (checkpoint.size, checkpoint.root(), checkpoint.leaves) == (size, root(hashes[:size]), hashes[size - TILE : size])
     assert store.tree_head("s", checkpoint=True) == store.tree_head("s", size=768)
     counting = CountingStore(store.backend)
-    for size in (256, 300, 768):  # from checkpoint objects: no event read but the tied ones
+    for size in (256, 300, 768):  # a tree head to keep is read from the events; a proof from checkpoint objects
         counting.reset()
         assert Store(counting, root="r").tree_head("s", size=size).root == root(hashes[:size]).hex()
+        assert not any("/ztree/" in key for _, key in counting.keys)  # no checkpoint object listed or read
+        counting.reset()
+        proof = Store(counting, root="r").prove("s", size, size=size)
+        assert proof.root == root(hashes[:size]).hex() and check_proof(proof)
         assert counting.counts["GET"] <= 5 and counting.counts["LIST"] == 2
 
 
