@@ -160,18 +160,22 @@ class StoreContext:
         primed: Callable[[], None] | None = None,
         weight: Callable[[A], int] = lambda _: 0,
         budget: int = 0,
+        wide: Callable[[A], bool] = lambda _: False,
     ) -> Generator[tuple[A, B]]:
         """(item, fetch(item)) in the order of ``items``, with up to ``window`` fetches in flight
-        on the pool; ``early(item)``: a fetch already sent for it, used instead of a new one;
-        ``primed()`` runs once the first window is submitted; no fetch is sent while those in
-        flight weigh more than ``budget`` (one always goes: by default nothing weighs anything)."""
+        on the pool (``wide(item)``: on ``wide_executor``'s); ``early(item)``: a fetch already sent
+        for it, used instead of a new one; ``primed()`` runs once the first window is submitted; no
+        fetch is sent while those in flight weigh more than ``budget`` (one always goes: by default
+        nothing weighs anything)."""
         pending: deque[tuple[A, Future[B]]] = deque()
         in_flight = 0
         pool = self.executor()
         try:
             for item in items:
                 future = early(item) if early is not None else None
-                pending.append((item, future if future is not None else pool.submit(fetch, item)))
+                if future is None:
+                    future = (self.wide_executor() if wide(item) else pool).submit(fetch, item)
+                pending.append((item, future))
                 in_flight += weight(item)
                 while len(pending) >= window or in_flight > budget:
                     if primed is not None:

@@ -1213,10 +1213,12 @@ def own_batches(
             return max(size_of(item), least) if isinstance(item, tuple) else 0
 
         # a pool's worth of segment GETs in flight and the chain's LIST pages besides, up to
-        # 4 x concurrency of them (small: queued on the pool without waiting on the reader), two
-        # groups' bytes; then the tail's early GETs may go
+        # 4 x concurrency of them, on the wide pool (small, waiting on nothing: beside the segment
+        # GETs, not queued behind them), two groups' bytes; then the tail's early GETs may go
         window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
-        fetched = ctx.prefetched(wanted(), fetch, window, primed=early.release, weight=weight, budget=budget)
+        fetched = ctx.prefetched(
+            wanted(), fetch, window, primed=early.release, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
+        )
         covered: dict[int, str] = {}
         group_pages = iter(pages_of)
         for step in steps:

@@ -119,6 +119,7 @@ from .._async import AsyncStore
 from .._errors import IntegrityError, InvalidInputError, SessionExistsError, SessionNotFoundError
 from .._store import Session, Store
 from .._views import Event
+from ._common import meta_record
 from ._names import escape, unescape
 
 __all__ = ["EvstoreSaver", "decode_session_id", "session_id_for"]
@@ -217,9 +218,8 @@ def _message(record: Record) -> dict[str, Any]:
 def _record_of(messages: list[dict[str, Any]]) -> Record | None:
     if len(messages) != 1:
         return None
-    meta = messages[0].get("meta")
-    record = meta.get("langgraph") if isinstance(meta, dict) else None
-    return record if isinstance(record, dict) and isinstance(record.get("k"), str) else None
+    record = meta_record(messages[0], "langgraph")
+    return record if record is not None and isinstance(record.get("k"), str) else None
 
 
 class _Info:

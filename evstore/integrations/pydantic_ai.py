@@ -69,7 +69,7 @@ from .. import (
     Store,
     WriteConflictError,
 )
-from ._common import SessionLog
+from ._common import SessionLog, meta_record
 from ._names import escape
 
 __all__ = ["ENTRY_KEY", "META_KEY", "RECORD_KEY", "EvstoreConversationStore", "EvstoreHistory", "from_messages", "to_messages"]
@@ -130,9 +130,8 @@ def from_messages(messages: Sequence[Message], session_id: str = "") -> list[Mod
     """The history evstore ``messages`` hold (``IntegrityError`` when a stored message does not validate)."""
     data: list[Any] = []
     for message in messages:
-        meta = message.get("meta")
-        stored = meta.get(META_KEY) if isinstance(meta, dict) else None
-        item = stored if isinstance(stored, dict) else _foreign(message)
+        stored = meta_record(message, META_KEY)
+        item = stored if stored is not None else _foreign(message)
         if item is not None:
             data.append(item)
     try:
@@ -239,15 +238,12 @@ class _Conversation:
         assert self.log is not None
         self.record, self.entries = None, {}
         for position, message in self.log.live:
-            meta = message.get("meta")
-            if not isinstance(meta, dict):
-                continue
-            if isinstance(meta.get(RECORD_KEY), dict):
-                self.record = None if meta[RECORD_KEY].get("deleted") is True else meta[RECORD_KEY]
-            entry = meta.get(ENTRY_KEY)
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(meta.get(META_KEY), dict):
+            if (record := meta_record(message, RECORD_KEY)) is not None:
+                self.record = None if record.get("deleted") is True else record
+            entry, stored = meta_record(message, ENTRY_KEY), meta_record(message, META_KEY)
+            if entry is not None and isinstance(entry.get("id"), str) and stored is not None:
                 parent = entry.get("parent")
-                self.entries[entry["id"]] = (parent if isinstance(parent, str) else None, meta[META_KEY], position.seq)
+                self.entries[entry["id"]] = (parent if isinstance(parent, str) else None, stored, position.seq)
 
 
 class EvstoreConversationStore(ConversationStore):
