@@ -32,6 +32,7 @@ from ._ecosystem import check_output_path, register
 from ._fleet import verify_all
 from ._network import network_options, open_options
 from ._output import event_lines, info_json, render_text, write_json, write_jsonl
+from ._proofs import is_receipt, verify_tree_head
 from ._proofs import register as register_proofs
 
 
@@ -497,7 +498,12 @@ def rewind(state: Context, session: str, to_seq: int) -> None:
 
 @cli.command()
 @click.argument("session", required=False)
-@click.option("--expect", metavar="SEQ:HASH", help="Fail (exit 5) unless the session still extends this receipt.")
+@click.option(
+    "--expect",
+    metavar="SEQ:HASH|FILE",
+    help="Fail (exit 5) unless the session still extends this receipt, or the tree head in FILE (from tree-head; - reads stdin).",
+)
+@click.option("--full", is_flag=True, help="With a tree head: check it against every event, not the checkpoint objects.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--receipt", "receipt_only", is_flag=True, help="Print only the receipt, SEQ:HASH (for --expect later).")
 @click.option("--all", "every", is_flag=True, help="Verify every session of the store (not SESSION), a line each.")
@@ -509,6 +515,7 @@ def verify(
     state: Context,
     session: str | None,
     expect: str | None,
+    full: bool,
     as_json: bool,
     receipt_only: bool,
     every: bool,
@@ -537,6 +544,11 @@ def verify(
         raise click.UsageError("--prefix, --since and --resume-from go with --all")
     if as_json and receipt_only:
         raise click.UsageError("--json and --receipt exclude each other")
+    if expect and not is_receipt(expect):
+        verify_tree_head(state, session, expect, full=full, as_json=as_json, receipt_only=receipt_only)
+        return
+    if full:
+        raise click.UsageError("--full goes with --expect FILE (a tree head): verify reads every event already")
     expected = Receipt.parse(expect) if expect else None
     result = state.store.verify(session, expect=expected)
     if receipt_only:

@@ -9,11 +9,13 @@
     <root>/sessions/<sid>/segments/<a>-<b> a compaction segment holding events a..b
     <root>/sessions/<sid>/young/<M-b>-<a>  a segment of a lower level of automatic compaction,
                                            named by its end counted down from M = MAX_SEQ
+    <root>/sessions/<sid>/ztree/<M-e>      the Merkle tree's checkpoint object at e events (``_tree``),
+                                           named as young/ is, newest first, and after it
 
 Every name that is not a seq starts with a lowercase letter, so it sorts after
 all seqs: a LIST of a session yields its events in order, then the rest, with
-``young/`` last. Automatic compaction leaves a segment of its lowest level every
-32 events and none is ever replaced; a reader needs only the newest few, and
+``young/`` last but for ``ztree/`` (which only a Merkle proof reads). Automatic
+compaction leaves a segment of its lowest level every 32 events and none is ever replaced; a reader needs only the newest few, and
 named newest first at the end of the listing, they are the first it meets there.
 Pure functions only.
 """
@@ -29,6 +31,7 @@ MAX_SEQ = 10**SEQ_WIDTH - 1
 SESSIONS = "sessions/"
 SEGMENTS = "segments/"
 YOUNG = "young/"
+TREE = "ztree/"
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -127,6 +130,13 @@ class Layout:
         """A start-after key for a LIST of ``young_prefix`` that skips the segments ending after ``upto``."""
         return f"{self.young_prefix(session_id)}{format_seq(MAX_SEQ - upto - 1)}~" if upto < MAX_SEQ else ""
 
+    def tree_key(self, session_id: str, size: int) -> str:
+        """The Merkle checkpoint object at ``size`` events: its size counted down, the newest first."""
+        return f"{self.tree_prefix(session_id)}{format_seq(MAX_SEQ - size)}"
+
+    def tree_prefix(self, session_id: str) -> str:
+        return self.session_prefix(session_id) + TREE
+
     def after_events(self, session_id: str) -> str:
         """A start-after key that skips every event of the session (lists its other objects)."""
         return self.event_key(session_id, MAX_SEQ)
@@ -147,6 +157,12 @@ def parse_fork_marker(name: str) -> tuple[str, str] | None:
         return None
     child, at, uid = name[len("forks/") :].rpartition("@")
     return (child, uid) if at and child and uid else None
+
+
+def parse_tree(name: str) -> int | None:
+    """The size of the checkpoint object named by a session-relative ``ztree/<M-e>``, else None."""
+    countdown = parse_seq(name[len(TREE) :]) if name.startswith(TREE) else None
+    return None if countdown is None or countdown == MAX_SEQ else MAX_SEQ - countdown
 
 
 def parse_segment(name: str) -> tuple[int, int] | None:

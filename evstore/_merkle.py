@@ -17,7 +17,7 @@ or too few, an index out of range, or a hash that is not 32 bytes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 HASH_BYTES = 32
 
@@ -50,34 +50,60 @@ def root(leaves: Sequence[bytes]) -> bytes:
     return level[0]
 
 
+#: MTH(D[lo:hi]) of a range of the tree: how a proof is assembled from whatever holds the nodes
+#: (the leaves themselves, or stored subtree roots; see ``_tree``).
+NodeHash = Callable[[int, int], bytes]
+
+
+def _over(leaves: Sequence[bytes]) -> NodeHash:
+    return lambda lo, hi: root(leaves[lo:hi])
+
+
 def inclusion_proof(index: int, leaves: Sequence[bytes]) -> list[bytes]:
     """PATH(index, D[n]): the hashes that, with leaf ``index``, rebuild the root."""
-    if not 0 <= index < len(leaves):
-        raise ValueError(f"leaf {index} is not in a tree of {len(leaves)}")
-    if len(leaves) == 1:
-        return []
-    k = _split(len(leaves))
-    if index < k:
-        return [*inclusion_proof(index, leaves[:k]), root(leaves[k:])]
-    return [*inclusion_proof(index - k, leaves[k:]), root(leaves[:k])]
+    return inclusion_path(index, len(leaves), _over(leaves))
+
+
+def inclusion_path(index: int, size: int, node: NodeHash) -> list[bytes]:
+    """PATH(index, D[size]) with the subtree roots ``node`` gives (RFC 9162 2.1.3.1)."""
+    if not 0 <= index < size:
+        raise ValueError(f"leaf {index} is not in a tree of {size}")
+    path: list[bytes] = []
+    lo, hi = 0, size
+    while hi - lo > 1:  # top down; the path lists the siblings bottom up
+        k = _split(hi - lo)
+        if index < lo + k:
+            path.append(node(lo + k, hi))
+            hi = lo + k
+        else:
+            path.append(node(lo, lo + k))
+            lo += k
+    return path[::-1]
 
 
 def consistency_proof(old_size: int, leaves: Sequence[bytes]) -> list[bytes]:
     """PROOF(m, D[n]): the hashes that show the tree of the first ``old_size`` leaves is a
     prefix of the tree of all of them (0 < m <= n; empty when m == n)."""
-    if not 0 < old_size <= len(leaves):
-        raise ValueError(f"a tree of {old_size} is not a prefix of a tree of {len(leaves)}")
-    return _subproof(old_size, leaves, True)
+    return consistency_path(old_size, len(leaves), _over(leaves))
 
 
-def _subproof(m: int, leaves: Sequence[bytes], whole: bool) -> list[bytes]:
-    n = len(leaves)
-    if m == n:
-        return [] if whole else [root(leaves)]
-    k = _split(n)
-    if m <= k:
-        return [*_subproof(m, leaves[:k], whole), root(leaves[k:])]
-    return [*_subproof(m - k, leaves[k:], False), root(leaves[:k])]
+def consistency_path(old_size: int, size: int, node: NodeHash) -> list[bytes]:
+    """PROOF(old_size, D[size]) with the subtree roots ``node`` gives (RFC 9162 2.1.4.1)."""
+    if not 0 < old_size <= size:
+        raise ValueError(f"a tree of {old_size} is not a prefix of a tree of {size}")
+    path: list[bytes] = []
+    lo, hi, m, whole = 0, size, old_size, True
+    while m != hi - lo:  # SUBPROOF(m, D[lo:hi], whole), top down; listed bottom up
+        k = _split(hi - lo)
+        if m <= k:
+            path.append(node(lo + k, hi))
+            hi = lo + k
+        else:
+            path.append(node(lo, lo + k))
+            lo, m, whole = lo + k, m - k, False
+    if not whole:
+        path.append(node(lo, hi))
+    return path[::-1]
 
 
 def _well_formed(*hashes: bytes) -> bool:

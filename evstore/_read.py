@@ -231,6 +231,7 @@ def _list_meta(ctx: StoreContext, session_id: str, every: bool) -> list[ObjectIn
     young segment (or with ``every``, all of them): the young ones are listed last, newest first."""
     prefix = ctx.layout.session_prefix(session_id)
     young_prefix = ctx.layout.young_prefix(session_id)
+    past = ctx.layout.tree_prefix(session_id)  # the Merkle checkpoint objects sort after young/: not read here
     objects: list[ObjectInfo] = []
     young = 0
     start = ctx.layout.after_events(session_id)
@@ -238,7 +239,7 @@ def _list_meta(ctx: StoreContext, session_id: str, every: bool) -> list[ObjectIn
         page = ctx.backend.list_page(prefix, start_after=start)
         objects += page.objects
         young += sum(1 for info in page.objects if info.key.startswith(young_prefix))
-        if not page.truncated or (young >= _YOUNG_NEEDED and not every):
+        if not page.truncated or (young >= _YOUNG_NEEDED and not every) or (page.objects and page.objects[-1].key >= past):
             return objects
         start = page.next_start_after
 

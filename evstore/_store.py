@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ._crypto import Keyring
     from ._fleet import SessionVerdict
     from ._forks import DeleteResult
-    from ._proofs import ConsistencyProof, InclusionProof, TreeHead
+    from ._proofs import ConsistencyProof, InclusionProof, TreeCheck, TreeHead
     from ._read import SessionInfo
     from ._retention import ExpiringObject, GcReport, OnRemove
     from ._write import Session
@@ -200,16 +200,20 @@ class Store:
         """Check contiguity, every prev, every GCM tag a configured key can open; return the receipt."""
         return _audit.verify(self.shared, session_id, expect=expect)
 
-    def tree_head(self, session_id: str, *, size: int | None = None) -> TreeHead:
-        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all by default); no key needed."""
-        return _proofs.tree_head(self.shared, session_id, size)
+    def verify_tree(self, session_id: str, expected: TreeHead, *, full: bool = False) -> TreeCheck:
+        """That the session still extends ``expected``: a consistency proof from checkpoint objects (a few requests)."""
+        return _proofs.verify_tree(self.shared, session_id, expected, full=full)
 
-    def prove(self, session_id: str, seq: int, *, size: int | None = None) -> InclusionProof:
+    def tree_head(self, session_id: str, *, size: int | None = None, checkpoint: bool = False) -> TreeHead:
+        """The RFC 9162 Merkle root of the first ``size`` events' hashes (all; ``checkpoint``: the newest checkpoint object's)."""
+        return _proofs.tree_head(self.shared, session_id, size, checkpoint=checkpoint)
+
+    def prove(self, session_id: str, seq: int, *, size: int | None = None, checkpoint: bool = False) -> InclusionProof:
         """That event ``seq`` is in the tree of the first ``size`` events: O(log n) hashes (``check_proof``)."""
-        return _proofs.prove(self.shared, session_id, seq, size)
+        return _proofs.prove(self.shared, session_id, seq, size, checkpoint=checkpoint)
 
     def prove_consistency(self, session_id: str, old_size: int, *, size: int | None = None) -> ConsistencyProof:
-        """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s)."""
+        """That the tree of the first ``old_size`` events is a prefix of today's (or of ``size``'s: checkpoint objects serve)."""
         return _proofs.prove_consistency(self.shared, session_id, old_size, size)
 
     def verify_all(self, *, prefix: str = "", since: datetime | None = None, start_after: str = "") -> Iterator[SessionVerdict]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import _read
+from . import _read, _tree
 from ._backends import ObjectExists, ObjectMissing
 from ._codec import (
     FORMAT_VERSION,
@@ -131,6 +131,10 @@ class Session:
         self._recent_bytes = 0
         self._recent_limit = recent_limit(ctx)
         self._may_retire = True  # until a DELETE of retired segments is refused
+        #: The session's Merkle tiles up to its head, for the checkpoint object automatic compaction
+        #: leaves every ``_tree.TILE`` events (``_grow_tree``); None when this writer did not read
+        #: every event before its head (it opened without reading them, or others appended between).
+        self._tiles: _tree.Tiles | None = None
         #: Idempotency key -> seq, for the events this writer wrote, or read and verified (``_verify``).
         self._keys: dict[str, int] = {}
         self._window_read = False  # whether the last IDEMPOTENCY_WINDOW events' keys were read
@@ -394,7 +398,26 @@ class Session:
                 self._recent_bytes = 0
             self._remember(seq, data)
             self._compact_levels(seq, ctx.auto_compact)
+            self._grow_tree(seq)
         return seq
+
+    def _grow_tree(self, seq: int) -> None:
+        """Add the new head to the Merkle tiles and, every ``_tree.TILE`` events, create the
+        checkpoint object (``_tree``): one PUT per 256 appends. Derived data, as segments are:
+        a failed or refused PUT (the name taken) is dropped, and readers fall back to the events."""
+        tiles = self._tiles
+        if tiles is None or tiles.size != seq - 1:
+            self._tiles = None  # events this writer did not see came between: it holds no tiles
+            return
+        tiles.add(bytes.fromhex(self._head_hash))
+        if tiles.size % _tree.TILE == 0:
+            ctx = self._ctx
+            with contextlib.suppress(EvstoreError, ObjectExists):
+                ctx.backend.create(
+                    ctx.layout.tree_key(self.id, seq),
+                    tiles.encode(self.id, self.manifest.uid),
+                    tags=ctx.tags_for(self.manifest.retention),
+                )
 
     def _remember(self, seq: int, data: bytes) -> None:
         recent = self._recent
@@ -522,7 +545,9 @@ def create(ctx: StoreContext, session_id: str, *, retention: Retention = "perman
     base, replaces = claim(ctx, session_id)
     manifest = msgspec.structs.replace(new_manifest(ctx, session_id, retention, None), base=base)
     genesis = create_manifest(ctx, manifest, replaces)
-    return Session(ctx, manifest, base, genesis, manifest.kid)
+    session = Session(ctx, manifest, base, genesis, manifest.kid)
+    session._tiles = _tree.Tiles()  # its tree is empty: it grows from the first event
+    return session
 
 
 def open_session(
@@ -690,8 +715,10 @@ def resume_folded(
     # what the writer keeps of the events it read: their idempotency keys, and the bytes of the
     # newest ones for automatic compaction; never every event (the context holds the messages)
     recent: deque[tuple[int, bytes]] = deque(maxlen=recent_limit(ctx))
+    tiles = _tree.Tiles()  # the Merkle tiles of every event read, from seq 1, for the next checkpoint object
     for manifest, raw in _read.lineage(ctx, loaded, 1, None):
         folder.add(raw.seq, _read.open_body(ctx, manifest, raw))
+        tiles.add(bytes.fromhex(raw.hash))
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
             if raw.envelope.idem is not None:
@@ -699,6 +726,7 @@ def resume_folded(
             recent.append((raw.seq, raw.data))
     session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
+    session._tiles = tiles if tiles.size == head else None  # a session whose seqs start past 1 has none
     for key, seq in keys.items():
         session._know(seq, key)
     for seq, data in recent:

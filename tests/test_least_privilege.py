@@ -186,6 +186,7 @@ def test_writer_may_create_only_events_manifests_fork_markers_and_segments() -> 
             sessions + "*/forks/*",
             sessions + "*/segments/*",
             sessions + "*/young/*",
+            sessions + "*/ztree/*",
         ]
     )
     (deny,) = [s for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "s3:PutObject"]
@@ -394,6 +395,18 @@ def test_writer_compacts_as_it_appends_and_can_compact(roles: Roles) -> None:
     assert store.info("chat").segments == 1  # 1-32, written as the 32nd append landed
     assert store.compact("chat", segment_size=4) == [(33, 36), (37, 40)]
     assert [m["content"] for m in store.context("chat")] == [f"m{i}" for i in range(40)]
+
+
+def test_writer_writes_merkle_checkpoint_objects_and_the_auditor_checks_from_them(roles: Roles) -> None:
+    """The checkpoint object at 256 events is created by the writer role (``ztree/*``, If-None-Match
+    only), and read by the read-only auditor for a tree head check in a few requests."""
+    session = roles.store("writer").open("chat", create=True)
+    for i in range(256):
+        session.append(user(f"m{i}"))
+    auditor = roles.store("auditor")
+    assert auditor.tree_head("chat", checkpoint=True) == auditor.tree_head("chat")
+    check = auditor.verify_tree("chat", auditor.tree_head("chat", size=100))
+    assert check.stored and check.tree_head.size == 256
 
 
 def test_operator_can_compact(audited: Roles) -> None:

@@ -145,7 +145,8 @@ class ListingStore(CountingStore):
 
 def _idle_polls(session_length: int, polls: int = 3) -> list[tuple[Counter[str], list[list[str]]]]:
     """(requests, names listed by each LIST) of each idle poll of a follower at the head of a
-    session of ``session_length`` events, written with the default compaction (segments/ and young/)."""
+    session of ``session_length`` events, written with the default compaction (segments/, young/
+    and, past 256 events, the Merkle checkpoint objects' ztree/)."""
     counting = ListingStore(MemoryStore())
     store = Store(counting, root="root")
     writer = store.open("s", create=True)
@@ -167,7 +168,7 @@ def test_an_idle_poll_lists_a_handful_of_names_at_any_session_length() -> None:
     123 at 3,000, a full page of 1,000 (about 290 KB from S3) past 24,000."""
     short, long = _idle_polls(100), _idle_polls(3000)
     assert short == [(Counter({"LIST": 1}), [["manifest", "young/"]])] * 3
-    assert long == [(Counter({"LIST": 1}), [["manifest", "segments/", "young/"]])] * 3
+    assert long == [(Counter({"LIST": 1}), [["manifest", "segments/", "young/", "ztree/"]])] * 3
 
 
 def _session_with_names_after_the_events(names: list[str]) -> tuple[ListingStore, Store]:
