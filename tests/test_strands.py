@@ -367,6 +367,22 @@ def test_after_a_conflict_the_repository_reads_what_the_other_wrote_before_it_wr
     assert other.read_agent("s", "helper") is not None
 
 
+def race_two_workers(a: Any, b: Any) -> None:
+    """Worker A took turn a1; B restores it and takes b1; each of A and B is then behind the other
+    once: its turn raises the conflict once, and the same agent called again continues after the
+    other's turn."""
+    assert b.answer() == {"ready": True, "messages": 4}  # B restored A's turn
+    assert b.send(op="turn", prompt="b1")["ok"]
+    lost = a.send(op="turn", prompt="a2")
+    assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
+    again = a.send(op="turn", prompt="a2")  # the same agent, called again
+    assert again["ok"], again
+    assert _turn_texts(again["model_input"][:-1]) == ["a1", "b1"]  # it saw B's turn
+    lost = b.send(op="turn", prompt="b2")
+    assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
+    assert b.send(op="turn", prompt="b2")["ok"]
+
+
 def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
     """Two worker processes, each with one long-lived Agent on one session (same agent id). The
     one whose view is behind raises the conflict once; its next turn restores it from the
@@ -379,16 +395,7 @@ def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_pat
         assert a.send(op="turn", prompt="a1")["ok"]
         b = Worker("strands", tmp_path / "store", "chat", "B")
         try:
-            assert b.answer() == {"ready": True, "messages": 4}  # B restored A's turn
-            assert b.send(op="turn", prompt="b1")["ok"]
-            lost = a.send(op="turn", prompt="a2")
-            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
-            again = a.send(op="turn", prompt="a2")  # the same agent, called again
-            assert again["ok"], again
-            assert _turn_texts(again["model_input"][:-1]) == ["a1", "b1"]  # it saw B's turn
-            lost = b.send(op="turn", prompt="b2")
-            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
-            assert b.send(op="turn", prompt="b2")["ok"]
+            race_two_workers(a, b)
             assert a.send(op="turn", prompt="a3")["ok"] is False  # behind again: once
             assert a.send(op="turn", prompt="a3")["ok"]
         finally:

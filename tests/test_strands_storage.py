@@ -32,7 +32,7 @@ from evstore.integrations.strands_storage import (
 )
 
 from .scripts.strands_model import ScriptedModel, get_weather
-from .test_strands import _turn_texts, texts
+from .test_strands import _turn_texts, race_two_workers, texts
 
 LATEST = "session/chat/scopes/agent/main/snapshots/snapshot_latest.json"
 
@@ -256,16 +256,7 @@ def test_two_processes_on_one_agent_neither_lose_nor_interleave_a_turn(tmp_path:
         assert a.send(op="turn", prompt="a1")["ok"]
         b = Worker("strands-snapshot", tmp_path / "store", "chat", "B")
         try:
-            assert b.answer() == {"ready": True, "messages": 4}  # B restored A's turn
-            assert b.send(op="turn", prompt="b1")["ok"]
-            lost = a.send(op="turn", prompt="a2")
-            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
-            again = a.send(op="turn", prompt="a2")  # the same agent, called again
-            assert again["ok"], again
-            assert _turn_texts(again["model_input"][:-1]) == ["a1", "b1"]  # it saw B's turn
-            lost = b.send(op="turn", prompt="b2")
-            assert lost["ok"] is False and lost["error"] == "WriteConflictError", lost
-            assert b.send(op="turn", prompt="b2")["ok"]
+            race_two_workers(a, b)
         finally:
             b.close()
     finally:
