@@ -125,9 +125,11 @@ _YIELD_EVERY = 256
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
 _TAIL_FIRST_PAGE = 64
-#: The loose tail after a chain of segments is guessed to be at most this many events, or as many
-#: as the smallest segment holds (automatic compaction packs a young segment every 32 appends by
-#: default, every ``auto_compact`` appends where set): on a read from the start whose first page
+#: The loose tail after a chain of segments is guessed to be this many events, or as many as the
+#: smallest segment holds where that is fewer (automatic compaction packs a young segment every 32
+#: appends by default, every ``auto_compact`` appends where set, in aligned runs of a power of two;
+#: segments packed by hand say nothing of the tail, so nothing is guessed after them): on a read
+#: from the start whose first page
 #: does not reach the tail, their GETs go out with the tail's LIST, so a resume does not wait for
 #: the LIST to learn their names. A GET past the head costs a request (a 404, 16 on average), never
 #: a round trip or a wrong answer: only seqs the LIST names are read.
@@ -1171,20 +1173,24 @@ def own_batches(
             listed_pages = max(listed_pages, needed)
 
         pages_by_group = iter(pages_of)
+        # automatic compaction's segments are aligned runs of a power of two events, and a writer that
+        # packs every k appends leaves fewer than k loose events: at most the smallest segment's
+        sizes = [(first, last - first + 1) for first, last in loaded.meta.segments]
+        automatic = all(size & (size - 1) == 0 and (first - 1) % size == 0 for first, size in sizes)
+        packing = min(_GUESSED_TAIL, *(size for _, size in sizes)) if automatic and sizes else 0
         if (
             tail is not None
             and known_tail is None
             and loaded.first_page is not None
-            and sum(map(len, groups)) + listed_pages + _GUESSED_TAIL < 2 * ctx.concurrency
+            and packing
+            and sum(map(len, groups)) + listed_pages + packing < 2 * ctx.concurrency
         ):
             # a read from the start (resume, context, a whole replay: its first page was listed with
-            # the manifest) that does not reach the tail, whose guessed GETs fit in the pool beside
-            # the segment GETs and the LIST pages (else they would wait for a thread: no round won);
-            # a read from a later seq guesses nothing, so it costs no more requests than a whole one
-            # no more than the smallest segment holds: the tail of a writer that packs every k appends
-            # is shorter than k
-            length = min(_GUESSED_TAIL, *(last - first + 1 for first, last in loaded.meta.segments))
-            guessed = range(tail_start, tail_start + length if end is None else min(tail_start + length, end + 1))
+            # the manifest) that does not reach the tail, of a session packed as automatic compaction
+            # packs (segments by hand say nothing of the tail), whose guessed GETs fit in the pool
+            # beside the segment GETs and the LIST pages (else they would wait for a thread: no round
+            # won); a read from a later seq guesses nothing, so it costs no more than a whole one
+            guessed = range(tail_start, tail_start + packing if end is None else min(tail_start + packing, end + 1))
             ctx.executor().submit(_send_guessed, ctx, sid, guessed, early)
 
         def wanted() -> Iterator[tuple[int, int] | int | _Loose]:

@@ -167,6 +167,18 @@ def test_a_session_past_its_first_page_resumes_in_two_rounds_and_the_append_its_
     assert writer.head == length + 1 and context == Store(inner, root="root").context("s")[:length]
 
 
+def test_nothing_is_guessed_after_segments_packed_by_hand() -> None:
+    """Segments of 1,000 events by ``compact`` say nothing of the tail: no GET of a seq the tail's
+    LIST does not name."""
+    inner = MemoryStore()
+    written(Store(inner, root="root", auto_compact=None), "s", 2000)
+    Store(inner, root="root").compact("s", segment_size=1000)
+    counted = CountingStore(inner)
+    writer, context = Store(counted, root="root").resume("s")
+    assert writer.head == 2000 and len(context) == 2000
+    assert [key for kind, key in counted.keys if kind == "GET" and key.rsplit("/", 1)[1].isdigit()] == []
+
+
 class _GoneOnce(Forwarding):
     """The first GET of ``key`` answers 404, as a guessed GET sent just before a writer wrote it."""
 
