@@ -125,15 +125,6 @@ _YIELD_EVERY = 256
 #: the tail after the newest segment is short, and a page of 1,000 keys would also carry the
 #: names of every segment (the client parses each). Request counts change only for a tail this long.
 _TAIL_FIRST_PAGE = 64
-#: The loose tail after a chain of segments is guessed to be this many events, or as many as the
-#: smallest segment holds where that is fewer (automatic compaction packs a young segment every 32
-#: appends by default, every ``auto_compact`` appends where set, in aligned runs of a power of two;
-#: segments packed by hand say nothing of the tail, so nothing is guessed after them): on a read
-#: from the start whose first page
-#: does not reach the tail, their GETs go out with the tail's LIST, so a resume does not wait for
-#: the LIST to learn their names. A GET past the head costs a request (a 404, 16 on average), never
-#: a round trip or a wrong answer: only seqs the LIST names are read.
-_GUESSED_TAIL = 32
 #: A read of the non-event objects stops at the page that shows this many young segments
 #: (``young/``, listed last, newest first): automatic compaction's chain after its newest top-level
 #: segment is among the newest 81 (63 of the lowest level, 15 and 3 of the next). Planted names that
@@ -817,18 +808,16 @@ def _loose_events(
 
 
 class _EarlyGets:
-    """GETs of the loose tail's first events, sent from the pool once the segment GETs' first
-    window has gone out (so they queue behind those and wait for no segment decode): the guessed
-    ones (``_GUESSED_TAIL``) with the tail's LIST, the rest as soon as it answers. One GET per seq.
-    ``take`` hands one over to the stream that reads its seq; after ``close`` none is sent, and
-    those not taken are cancelled."""
+    """GETs of the loose tail's first events, sent from the pool as soon as the tail's LIST
+    answers and the segment GETs' first window has gone out (so they queue behind those and
+    wait for no segment decode). ``take`` hands one over to the stream that reads its seq;
+    after ``close`` none is sent, and those not taken are cancelled."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
         self._released = threading.Event()
         self._futures: dict[int, Future[bytes | None]] = {}
-        self._sent: set[int] = set()
 
     def release(self) -> None:
         """The segment GETs that go first are queued: the early GETs may follow."""
@@ -838,13 +827,10 @@ class _EarlyGets:
         self._released.wait()
 
     def send(self, seq: int, submit: Callable[[], Future[bytes | None]]) -> bool:
-        """Send the GET of ``seq`` unless one was sent already; False once closed."""
         with self._lock:
             if self._closed:
                 return False
-            if seq not in self._sent:
-                self._sent.add(seq)
-                self._futures[seq] = submit()
+            self._futures[seq] = submit()
             return True
 
     def take(self, seq: int) -> Future[bytes | None] | None:
@@ -1113,9 +1099,8 @@ def own_batches(
     another), each checked on its own as it arrives, and the group is used only when the listing
     vouches for each of its events (``_vouched``). The rest (and all of it, from the first
     group that fails) comes from the loose events, which always remain. The LIST of the loose
-    tail goes out with the segment GETs, the GETs of the ``_GUESSED_TAIL`` seqs after the chain
-    with it, and those of any more events it names as soon as it answers: none waits for a
-    segment to be checked, and a resume of a session with a short tail waits for no LIST. With
+    tail goes out with the segment GETs, and the GETs of its first events as soon as it
+    answers: neither waits for a segment to be checked. With
     ``through_end`` (the caller knows that every event to ``end`` exists: an ancestor's, to the
     fork seq whose hash the fork's manifest records), a loose tail of up to ``_SHORT_RANGE``
     events is fetched by its seqs with the segments, as a gap's are, without that LIST.
@@ -1173,25 +1158,6 @@ def own_batches(
             listed_pages = max(listed_pages, needed)
 
         pages_by_group = iter(pages_of)
-        # automatic compaction's segments are aligned runs of a power of two events, and a writer that
-        # packs every k appends leaves fewer than k loose events: at most the smallest segment's
-        sizes = [(first, last - first + 1) for first, last in loaded.meta.segments]
-        automatic = all(size & (size - 1) == 0 and (first - 1) % size == 0 for first, size in sizes)
-        packing = min(_GUESSED_TAIL, *(size for _, size in sizes)) if automatic and sizes else 0
-        if (
-            tail is not None
-            and known_tail is None
-            and loaded.first_page is not None
-            and packing
-            and sum(map(len, groups)) + listed_pages + packing < 2 * ctx.concurrency
-        ):
-            # a read from the start (resume, context, a whole replay: its first page was listed with
-            # the manifest) that does not reach the tail, of a session packed as automatic compaction
-            # packs (segments by hand say nothing of the tail), whose guessed GETs fit in the pool
-            # beside the segment GETs and the LIST pages (else they would wait for a thread: no round
-            # won); a read from a later seq guesses nothing, so it costs no more than a whole one
-            guessed = range(tail_start, tail_start + packing if end is None else min(tail_start + packing, end + 1))
-            ctx.executor().submit(_send_guessed, ctx, sid, guessed, early)
 
         def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
             page = 0
@@ -1275,10 +1241,6 @@ def own_batches(
         )
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
-            if listed is None and seq == expected:
-                # listed, yet its GET found nothing: a guessed GET may have gone out before the event
-                # was written (any other absence is still one after this GET)
-                listed = get_event_bytes(ctx, sid, seq)
             if seq != expected or listed is None:
                 missing = expected if seq != expected else seq
                 if missing == loaded.first_own:
@@ -1304,16 +1266,6 @@ def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, 
         max_keys=max(_TAIL_FIRST_PAGE, 2 * ctx.concurrency),
     )
     return _send_early(ctx, session_id, page, end, early)
-
-
-def _send_guessed(ctx: StoreContext, session_id: str, seqs: range, early: _EarlyGets) -> None:
-    """Send the GETs of ``seqs`` (``_GUESSED_TAIL``: the tail's events, before its LIST names them)
-    into ``early``, once the segment GETs that go first are queued."""
-    early.wait()
-    pool = ctx.executor()
-    for seq in seqs:
-        if not early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq)):
-            return
 
 
 def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | None, early: _EarlyGets) -> ListPage:
