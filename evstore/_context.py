@@ -144,10 +144,11 @@ class StoreContext:
 
     def wide_executor(self) -> ThreadPoolExecutor:
         """A pool of up to ``WIDE_FACTOR`` x concurrency threads (256 by default), for small
-        requests that wait on nothing and are sent many at once: a deep fork's ancestors (their
-        manifests, listings and short ranges of events: 4 requests an ancestor that gave its fork
-        2 events, up to 100 ancestors), which through the pool of ``executor`` would queue behind
-        each other for rounds. Threads are started as the requests need them."""
+        requests that wait on nothing and are sent many at once, which through the pool of
+        ``executor`` would queue behind each other (or behind segment GETs) for rounds: a deep
+        fork's ancestors (their manifests, listings and short ranges of events: 4 requests an
+        ancestor that gave its fork 2 events, up to 100 ancestors), and the LIST pages whose ETags
+        vouch for a chain of segments (one per 1,000 events). Threads start as requests need them."""
         return self._pools.get("evstore-leaf", self.concurrency * WIDE_FACTOR)
 
     def prefetched(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -74,3 +76,9 @@ def segment_sizes(backend: ObjectStore, prefix: str) -> dict[str, set[int]]:
         if (segment := parse_segment(name)) is not None:
             sizes[name.split("/")[0]].add(segment[1] - segment[0] + 1)
     return sizes
+
+
+def python_output(code: str) -> str:
+    """What ``python -c code`` prints, stripped, in a fresh interpreter (what it imports is its own)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    return done.stdout.strip()

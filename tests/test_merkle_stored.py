@@ -10,8 +10,6 @@ import random
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from evstore_cli import cli
 
 from evstore import IntegrityError, InvalidInputError, LocalStore, MemoryStore, Store, check_proof
 from evstore._backends import ObjectStore, StoredObject
@@ -20,6 +18,7 @@ from evstore._proofs import TreeHead
 from evstore._tree import TILE, Nodes, Tiles, checkpoints_needed, decode
 
 from .helpers import CountingStore, msg
+from .test_merkle import _evstore
 
 
 def written(store: Store, session_id: str, events: int) -> None:
@@ -335,11 +334,6 @@ def test_checkpoint_names_planted_past_the_head_cost_requests_not_truth() -> Non
 
 
 # ---- the command -----------------------------------------------------------------------------------
-
-
-def _evstore(*args: str, store: Path, stdin: bytes = b"") -> Result:
-    env = {"EVSTORE_STORE": f"file://{store}"}
-    return CliRunner().invoke(cli, list(args), input=stdin, env=env, catch_exceptions=False)
 
 
 def test_verify_expect_takes_a_tree_head_file(tmp_path: Path) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,7 +29,7 @@ from benchmarks._scale_backend import Recorder
 from evstore import MemoryStore, Session, SessionNotFoundError, Store, WriteConflictError
 from evstore.integrations.opentelemetry import KINDS, InstrumentedSession, InstrumentedStore, instrument
 
-from .helpers import CountingStore, msg
+from .helpers import CountingStore, msg, python_output
 
 MARKER = "zq-secret-content-7731"  # in every message these tests write; never in any telemetry
 
@@ -411,8 +409,7 @@ def test_evstore_without_the_extra_imports_no_opentelemetry() -> None:
         "list(store.replay('x'))\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry') or m == 'evstore.integrations.opentelemetry'))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    assert python_output(code) == "[]"
 
 
 def test_instrumenting_an_instrumented_store_does_not_nest_spans(telemetry: Telemetry) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from evstore import Keyring, LocalStore, Store
 from evstore._backends._s3 import S3Store
 from evstore.integrations import parquet
 
-from .helpers import T0, Clock, msg
+from .helpers import T0, Clock, msg, python_output
 
 K1 = Keyring({"k1": bytes(range(32))}, "k1")
 K2 = Keyring({"k2": bytes(range(1, 33))}, "k2")
@@ -264,8 +263,7 @@ def test_without_pyarrow_the_export_is_exit_2_naming_the_extra(
 
 def test_importing_the_module_loads_no_pyarrow() -> None:
     code = "import sys, evstore, evstore.integrations.parquet; print('pyarrow' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "False"
+    assert python_output(code) == "False"
 
 
 def test_an_s3_destination_on_moto(fleet: Path, tmp_path: Path, s3_backend: S3Store, moto_endpoint: str) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import types
 
 import evstore
+
+from .helpers import python_output
 
 
 def test_all_is_sorted_and_names_exactly_the_public_attributes() -> None:
@@ -37,8 +37,7 @@ def test_the_async_names_load_on_first_use_and_behave_as_attributes() -> None:
         "    raise AssertionError('no AttributeError')\n"
         "print(before)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "False"
+    assert python_output(code) == "False"
 
 
 def test_the_names_of_the_parts_load_with_their_part_and_are_the_same_objects() -> None:
@@ -53,8 +52,7 @@ def test_the_names_of_the_parts_load_with_their_part_and_are_the_same_objects() 
         "assert evstore.Store(evstore.MemoryStore()).keyring == Keyring()\n"
         "print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "ok"
+    assert python_output(code) == "ok"
 
 
 def test_every_error_is_an_evstore_error() -> None:
@@ -94,8 +92,7 @@ def test_importing_evstore_loads_no_sdk_crypto_or_framework() -> None:
         "pyarrow",
     )
     code = f"import sys, evstore; print(sorted(m for m in {heavy!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.strip() == "[]"
+    assert python_output(code) == "[]"
 
 
 def test_the_async_api_keeps_the_names_adapters_build_on() -> None:
