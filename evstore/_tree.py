@@ -59,21 +59,47 @@ def tile_spans(size: int) -> list[tuple[int, int]]:
 class Tiles:
     """What a writer keeps of its session's tree to write the next checkpoint object: the leaves
     of the newest block and each level's partial tile (O(256 x levels) hashes). ``add`` a leaf
-    (an event hash) per event, in order from seq 1."""
+    (an event hash) per event, in order from seq 1.
+
+    A writer that resumes a session adds every event it read, and most write no checkpoint before
+    they end (one append in 256 does): ``defer`` only counts such a leaf and keeps its 32 bytes,
+    and the hashing waits for ``encode`` (O(size) bytes held until then, not O(256 x levels))."""
 
     size: int = 0
     block: list[bytes] = field(default_factory=list)
     levels: list[list[bytes]] = field(default_factory=list)
+    #: leaves counted in ``size`` but not yet hashed into ``block`` and ``levels``, 32 bytes each
+    deferred: bytearray = field(default_factory=bytearray)
 
-    def add(self, leaf: bytes) -> None:
+    def defer(self, leaf: bytes) -> None:
+        """``add``, with the hashing left to the next ``encode``."""
         if len(leaf) != _H:
             raise ValueError("a leaf is a 32-byte event hash")
+        self.deferred += leaf
+        self.size += 1
+
+    def add(self, leaf: bytes) -> None:
+        if self.deferred:
+            self.defer(leaf)
+            return
+        if len(leaf) != _H:
+            raise ValueError("a leaf is a 32-byte event hash")
+        self._hash_in(leaf)
+
+    def _hash_in(self, leaf: bytes) -> None:
         if len(self.block) == TILE:
             self.block = []
         self.block.append(leaf)
         self.size += 1
         if len(self.block) == TILE:
             self._push(0, _merkle.root(self.block))
+
+    def _settle(self) -> None:
+        """Hash the deferred leaves in, in order."""
+        deferred, self.deferred = self.deferred, bytearray()
+        self.size -= len(deferred) // _H
+        for start in range(0, len(deferred), _H):
+            self._hash_in(bytes(deferred[start : start + _H]))
 
     def _push(self, level: int, entry: bytes) -> None:
         """Add a complete subtree root to the tile of level ``level + 1``."""
@@ -90,6 +116,7 @@ class Tiles:
         """The checkpoint object at this size (a positive multiple of ``TILE``)."""
         if not self.size or self.size % TILE:
             raise ValueError(f"a checkpoint object is written at a multiple of {TILE} events, not {self.size}")
+        self._settle()
         checkpoint = Checkpoint(session_id, uid, self.size, list(self.block), [list(t) for t in self.levels])
         return checkpoint.text().encode() + b"".join(checkpoint.leaves) + b"".join(h for t in checkpoint.tiles for h in t)
 

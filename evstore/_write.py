@@ -718,7 +718,7 @@ def resume_folded(
     tiles = _tree.Tiles()  # the Merkle tiles of every event read, from seq 1, for the next checkpoint object
     for manifest, raw in _read.lineage(ctx, loaded, 1, None):
         folder.add(raw.seq, _read.open_body(ctx, manifest, raw))
-        tiles.add(bytes.fromhex(raw.hash))
+        tiles.defer(bytes.fromhex(raw.hash))  # hashed into tiles only when a checkpoint is written
         if raw.session_id == session_id:
             head, head_hash, seal_kid = raw.seq, raw.hash, raw.envelope.kid
             if raw.envelope.idem is not None:

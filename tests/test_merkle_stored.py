@@ -60,6 +60,26 @@ def checkpoints_of(leaves: list[bytes], sizes: set[int]) -> dict[int, bytes]:
     return made
 
 
+@pytest.mark.parametrize("deferred", [0, 1, 255, 256, 700, 65_536 + 300])
+def test_deferred_leaves_make_the_checkpoint_objects_that_added_ones_do(deferred: int) -> None:
+    """A resumed writer defers the leaves it read (``Tiles.defer``): every checkpoint it then
+    writes, at the first boundary and after it, is byte for byte the one an eager writer writes."""
+    rng = random.Random(deferred)
+    leaves = [rng.randbytes(32) for _ in range(deferred + 3 * 256 + 5)]
+    sizes = {size for size in range(256, len(leaves) + 1, 256) if size > deferred}
+    lazy, made = Tiles(), {}
+    for leaf in leaves[:deferred]:
+        lazy.defer(leaf)
+    assert lazy.size == deferred and not lazy.block
+    for leaf in leaves[deferred:]:
+        lazy.add(leaf)
+        if lazy.size in sizes:
+            made[lazy.size] = lazy.encode("s", "u")
+    assert made == checkpoints_of(leaves, sizes) and len(made) == len(sizes) >= 3
+    with pytest.raises(ValueError, match="32-byte"):
+        Tiles().defer(b"short")
+
+
 def test_a_checkpoint_object_states_the_rfc_root_of_its_size_and_proofs_come_from_a_few() -> None:
     """Against ``_merkle.root`` of the leaves, at sizes with one level of tiles and with two
     (past 65,536 leaves, where a point in an older window needs that window's checkpoint)."""

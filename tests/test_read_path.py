@@ -64,6 +64,35 @@ def test_canonical_base64_round_trips() -> None:
         assert b64decode_canonical(base64.b64encode(data).decode()) == data
 
 
+# ---- a listed ETag's content MD5 -----------------------------------------------------------------
+
+
+def _md5_reference(etag: str) -> str:
+    """The definition: 32 lowercase hex digits once the quotes are off and the case folded, else none."""
+    digest = etag.strip('"').lower()
+    return digest if len(digest) == 32 and all(c in "0123456789abcdef" for c in digest) else ""
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='"0123456789abcdefABCDEFgG-İ ', max_size=36))
+def test_content_md5_is_the_definition(etag: str) -> None:
+    assert _read._content_md5(etag) == _md5_reference(etag)
+
+
+@pytest.mark.parametrize(
+    ("etag", "md5"),
+    [
+        ('"0123456789ABCDEF0123456789abcdef"', "0123456789abcdef0123456789abcdef"),
+        ('"0123456789abcdef0123456789abcdef-2"', ""),  # multipart: no MD5 of the bytes
+        ('"0123456789abcdef0123456789abcdeg"', ""),
+        ('"0123456789abcdef 123456789abcdef"', ""),
+        ("", ""),
+    ],
+)
+def test_content_md5_of_listed_etags(etag: str, md5: str) -> None:
+    assert _read._content_md5(etag) == md5
+
+
 # ---- LocalStore listing ----------------------------------------------------------------------
 
 _NAMES = st.sampled_from(["a", "b", "ab", "a-", "a.b", "0001", "0002", "0010", "manifest", "segments", "z~"])

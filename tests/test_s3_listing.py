@@ -8,9 +8,11 @@ from typing import Any
 
 import boto3
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evstore._backends._s3 import _LISTED, S3Store, _listing, _parse_timestamp, _read_list_body
-from evstore._backends._s3_listing import ListedPage, parse_list_body
+from evstore._backends._s3_listing import ListedPage, _parse_tree, _plain_contents, parse_list_body
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
 
@@ -127,3 +129,56 @@ def test_pages_equal_botocores_over_moto_server(moto_endpoint: str) -> None:
             start = page.next_start_after
         if not delimiter:
             assert seen == sorted(k for k in keys if k > first)
+
+
+# ---- the plain Contents read by a regular expression, the rest by ElementTree -------------------
+
+_KEY_TEXT = st.sampled_from(["r/sessions/a/00000000000000000001", "a%2Fb", "a+b", "a%26b", "a&amp;b", "a<b", "k\x01", "k\r", "é"])
+_ETAG = st.sampled_from(["&quot;abc&quot;", '"abc"', "abc-2", "&amp;x", "&#34;x&#34;", "&quot;a\tb&quot;"])
+_PLAIN_EXTRA = ["", "<ChecksumAlgorithm>CRC32</ChecksumAlgorithm>", "<Type>Normal</Type>", "<Owner><ID>x</ID></Owner>"]
+_EXTRA = st.sampled_from([*_PLAIN_EXTRA, " ", "\n", "<!-- c -->"])  # the last three: a body read whole by the tree
+_PREFIXES = "<CommonPrefixes><Prefix>p%20q/</Prefix></CommonPrefixes>"
+
+
+@st.composite
+def _contents(draw: st.DrawFn) -> str:
+    key, etag = draw(_KEY_TEXT), draw(_ETAG)
+    modified = draw(st.sampled_from(["2026-12-04T10:00:00.123Z", "2026-12-04T10:00:01Z", "never"]))
+    size = draw(st.sampled_from(["12", "0012", "-1"]))
+    before, after = draw(_EXTRA), draw(_EXTRA)
+    return (
+        f"<Contents><Key>{key}</Key><LastModified>{modified}</LastModified><ETag>{etag}</ETag>{before}"
+        f"<Size>{size}</Size>{after}<StorageClass>STANDARD</StorageClass></Contents>"
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.one_of(_contents(), st.just(_PREFIXES), st.just("\n")), max_size=6),
+    st.sampled_from(["<EncodingType>url</EncodingType>", "", "<EncodingType>base64</EncodingType>"]),
+    st.sampled_from([NS, "", 'xmlns:s3="http://s3.amazonaws.com/doc/2006-03-01/"']),
+)
+def test_reading_the_plain_contents_apart_gives_elementtrees_page(parts: list[str], encoding: str, ns: str) -> None:
+    """Whatever the mix of plain and other Contents, entities, whitespace, comments and prefixes,
+    ``parse_list_body`` answers exactly as the whole body parsed by ElementTree does."""
+    data = body("".join(parts), encoding=encoding, ns=ns)
+    whole = _parse_tree(data, _parse_timestamp)
+    assert parse_list_body(data, _parse_timestamp) == (None if whole is None else whole[0])
+
+
+def test_a_page_of_plain_contents_is_read_apart_from_the_tree() -> None:
+    """The pages S3, RGW and moto send take the regular expression's path (and read the same)."""
+    rgw = item("r%2Fsessions%2Fa%2F00000000000000000001").replace("</Contents>", "<Type>Normal</Type></Contents>")
+    moto = (
+        '<Contents><Key>r/sessions/a/2</Key><LastModified>2026-12-04T10:00:00.000Z</LastModified><ETag>"9d"</ETag>'
+        "<ChecksumAlgorithm>CRC32</ChecksumAlgorithm><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>"
+    )
+    data = body(rgw * 3 + moto)
+    plain = _plain_contents(data)
+    assert plain is not None and len(plain[0]) == 4
+    page = parse_list_body(data, _parse_timestamp)
+    whole = _parse_tree(data, _parse_timestamp)
+    assert page is not None and whole is not None and page == whole[0]
+    first = ("r/sessions/a/00000000000000000001", '"abc"')
+    assert [(o.key, o.etag) for o in page.objects] == [first] * 3 + [("r/sessions/a/2", '"9d"')]
+    assert _plain_contents(data.replace(b"<Type>", b"\n<Type>")) is None  # whitespace: read by the tree

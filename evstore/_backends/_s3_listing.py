@@ -10,11 +10,19 @@ kept as ``ObjectInfo`` costs about a third of it. Resumes and replays list a pag
 exactly as botocore would (not XML, another root element, a field missing or not a number, an
 encoding other than ``url``); ``S3Store`` then leaves the body to botocore's parser, so an
 unusual server costs time, never a different answer.
+
+The ``Contents`` elements, a thousand to a full page, are most of a body. Where they are all of
+the plain form that S3, RGW and moto send (``_PLAIN_CONTENTS``: URL-encoded keys, ASCII, no
+whitespace between elements) and stand in one run, one regular expression reads them and
+ElementTree parses only the rest of the body: about 3 ms instead of 4.3 for a page of 1,000 keys.
+Any other form is parsed whole by ElementTree, as before (``_parse_tree``), and a test holds the
+two to the same answers.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable
@@ -34,6 +42,17 @@ class ListedPage(msgspec.Struct, frozen=True):
     truncated: bool
 
 
+#: One ``Contents`` element of the plain form: Key, LastModified and ETag first, Size after any
+#: other elements of text alone (the checksum's), then any such elements; text without ``<``, and
+#: without entities but the ETag's (its quotes may come as ``&quot;``, the one entity read here).
+_PLAIN_CONTENTS = re.compile(
+    rb"<Contents><Key>([^<&]*)</Key><LastModified>([^<&]*)</LastModified><ETag>([^<]*)</ETag>"
+    rb"(?:<([A-Za-z]+)>[^<&]*</\4>)*<Size>([0-9]+)</Size>(?:<([A-Za-z]+)>[^<&]*</\6>)*</Contents>"
+)
+#: Bytes XML does not take as they are in text: control characters (a line end is normalized).
+_NOT_PLAIN = bytes([*range(9), *range(11, 32), 127])
+
+
 def parse_list_body(body: bytes, parse_timestamp: Callable[[str], datetime.datetime]) -> ListedPage | None:
     """The page a ``ListBucketResult`` body holds, or None where botocore should decide.
 
@@ -41,6 +60,57 @@ def parse_list_body(body: bytes, parse_timestamp: Callable[[str], datetime.datet
     the same whichever parser read the page). Keys and prefixes are URL-decoded as botocore does
     (``unquote_plus``) when the body says ``EncodingType`` is ``url``: botocore asks for that
     encoding on every LIST it sends, so keys that XML cannot carry arrive intact."""
+    plain = _plain_contents(body)
+    if plain is not None:
+        contents, rest = plain
+        parsed = _parse_tree(rest, parse_timestamp)
+        if parsed is not None and not parsed[0].objects and parsed[1]:
+            return _with_contents(parsed[0], contents, parse_timestamp)
+        # Contents of another form too, or keys not URL-encoded: read whole
+    whole = _parse_tree(body, parse_timestamp)
+    return None if whole is None else whole[0]
+
+
+def _with_contents(
+    page: ListedPage, contents: list[tuple[bytes, bytes, bytes, bytes]], parse_timestamp: Callable[[str], datetime.datetime]
+) -> ListedPage | None:
+    """``page`` (the rest of a body) with the objects of its plain ``Contents``, URL-encoded keys."""
+    objects = []
+    moments: dict[bytes, datetime.datetime] = {}  # a page's keys share a handful of timestamps
+    for key, modified, etag, size in contents:
+        if (moment := moments.get(modified)) is None:
+            try:
+                moment = moments[modified] = parse_timestamp(modified.decode())
+            except (ValueError, OverflowError):
+                return None
+        objects.append(ObjectInfo(urllib.parse.unquote_plus(key.decode()), int(size), etag.decode(), moment))
+    return ListedPage(objects, page.prefixes, page.truncated)
+
+
+def _plain_contents(body: bytes) -> tuple[list[tuple[bytes, bytes, bytes, bytes]], bytes] | None:
+    """(key, LastModified, ETag, Size) of each ``Contents`` element and the body without them, when
+    the body is ASCII, every one is of the plain form (``_PLAIN_CONTENTS``) and they stand in one
+    run; else None. A body with a control character, a comment, CDATA, a DOCTYPE or a processing
+    instruction past its declaration is never read this way (a match there would be text that
+    ElementTree does not read as these elements, or reads otherwise)."""
+    if not body.isascii() or b"<!" in body or body.count(b"<?") > body.startswith(b"<?xml "):
+        return None
+    if len(body.translate(None, _NOT_PLAIN)) != len(body):
+        return None
+    matches = list(_PLAIN_CONTENTS.finditer(body))
+    if not matches or len(matches) != body.count(b"<Contents"):
+        return None
+    run = matches[-1].end() - matches[0].start()
+    if run != sum(m.end() - m.start() for m in matches):
+        return None  # something stands between two of them
+    contents = [(m[1], m[2], m[3].replace(b"&quot;", b'"'), m[5]) for m in matches]
+    if any(b"&" in etag for _, _, etag, _ in contents):
+        return None
+    return contents, body[: matches[0].start()] + body[matches[-1].end() :]
+
+
+def _parse_tree(body: bytes, parse_timestamp: Callable[[str], datetime.datetime]) -> tuple[ListedPage, bool] | None:
+    """``parse_list_body`` by ElementTree alone, and whether the keys were URL-encoded."""
     try:
         root = ElementTree.fromstring(body)
     except ElementTree.ParseError:
@@ -74,4 +144,4 @@ def parse_list_body(body: bytes, parse_timestamp: Callable[[str], datetime.datet
         if prefix is None:
             return None
         prefixes.append(decode(prefix))
-    return ListedPage(objects, prefixes, truncated == "true")
+    return ListedPage(objects, prefixes, truncated == "true"), encoding == "url"
