@@ -1271,21 +1271,35 @@ def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, 
 
 def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | None, early: _EarlyGets) -> ListPage:
     """Send the GETs of the first ``2 * concurrency`` events ``page`` lists (to ``end``) into
-    ``early``, once the segment GETs that go first are queued; return the page."""
+    ``early``, once the segment GETs that go first are queued; return the page.
+
+    When the page ends in event names before that many were sent (the first 1,000 names of a
+    session a little longer than that: the tail starts on the first page and goes on past it),
+    the next page is listed now, beside the segment GETs, and its events' GETs follow: the
+    stream would list it only once it reached the page's end, a round later. The page returned
+    is the two together, so the stream lists nothing twice."""
     prefix = ctx.layout.session_prefix(session_id)
     early.wait()  # behind the segment GETs that go first (or not at all: closed)
     pool = ctx.executor()
+    budget = ctx.concurrency * 2
     sent = 0
-    for info in page.objects:
-        seq = parse_seq(info.key[len(prefix) :])
-        if seq is None:
-            continue
-        if (end is not None and seq > end) or sent >= ctx.concurrency * 2:
-            break
-        if not early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq)):
-            break
-        sent += 1
-    return page
+    index = 0
+    while True:
+        for info in page.objects[index:]:
+            seq = parse_seq(info.key[len(prefix) :])
+            if seq is None:
+                continue
+            if (end is not None and seq > end) or sent >= budget:
+                return page
+            if not early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq)):
+                return page
+            sent += 1
+        index = len(page.objects)
+        names = [info.key[len(prefix) :] for info in page.objects[-1:]]
+        if not page.truncated or (names and names[0] > _LAST_SEQ_NAME) or (start := _list_on(prefix, page)) is None:
+            return page  # the events end on this page
+        more = ctx.backend.list_page(prefix, start_after=start)
+        page = ListPage([*page.objects, *more.objects], page.prefixes, more.truncated, more.next_start_after)
 
 
 def lineage(

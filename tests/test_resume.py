@@ -117,11 +117,13 @@ def test_the_chain_measure_tells_parallel_requests_from_dependent_ones() -> None
     assert delayed.chain() == 2
 
 
-@pytest.mark.parametrize("length", [0, 10, 100, 900])
+@pytest.mark.parametrize("length", [0, 10, 100, 900, 1000])
 def test_a_short_session_resumes_and_appends_in_three_round_trips_a_new_one_in_two(length: int) -> None:
     """The session's first 1,000 names are listed with the manifest GET and the LIST of its other
     names: they vouch for the segments and name the loose tail, whose GETs then go out with the
-    segment GETs. So: that round, the GETs, the append (a session without events: no GETs)."""
+    segment GETs. So: that round, the GETs, the append (a session without events: no GETs). At
+    1,000 events the first page is full: the LIST after it (which finds no more events) goes out
+    beside the GETs, not after them."""
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", length)
     delayed = DelayedStore(inner, 0.04)
@@ -146,6 +148,23 @@ def test_resume_and_the_append_wait_on_four_round_trips_to_100000_events(length:
     writer, context = Store(delayed, root="root").resume("s")
     writer.append(msg("next"))
     assert delayed.chain() <= round_trips
+    assert writer.head == length + 1 and len(context) == length
+
+
+@pytest.mark.parametrize("length", [1003, 1020])
+def test_a_tail_past_the_first_page_is_listed_beside_the_segment_gets(length: int) -> None:
+    """The loose tail starts on the first page of 1,000 names and goes on past it: the next page is
+    listed in the segments' round (it was listed once the stream reached the first page's end, a
+    round later), and only its events' GETs wait for it. Nothing is listed twice: the manifest
+    round's 2 LISTs (the first 1,000 names, the non-event names) and that one."""
+    inner = MemoryStore()
+    written(Store(inner, root="root"), "s", length)
+    delayed = DelayedStore(inner, 0.3)
+    counted = CountingStore(delayed)
+    writer, context = Store(counted, root="root").resume("s")
+    writer.append(msg("next"))
+    assert delayed.chain() <= 4  # the manifest round, the segments' round, the GETs past the first page, the append
+    assert sum(1 for kind, _ in counted.keys if kind == "LIST") == 3
     assert writer.head == length + 1 and len(context) == length
 
 
