@@ -10,9 +10,10 @@ earlier commit, side by side in one run.
   written without auto-compaction, then ``compact(sid, segment_size=10000)``: one segment, the
   fewest requests, so the per-event CPU shows. Each session's event bytes are also stored back to
   back as one object. Fresh processes, alternating between the trees, each run interleaved rounds
-  of: one GET of that object, ``store.context(sid)``, ``list(store.replay(sid))``. The figure is
-  each variant's median over all rounds divided by the median of the GET of the same bytes,
-  measured in the same processes.
+  of: one GET of that object, ``store.context(sid)``, ``list(store.replay(sid))``. The figures are
+  each variant's median over all rounds, of its wall time and of the client's CPU (the process's,
+  every thread), each divided by the same median of the GET of the same bytes, measured in the
+  same processes.
 * Memory (``--memory``): a loose session in a LocalStore directory (``_child.py
   populate_local``), streamed by ``store.replay`` in a fresh process per tree: peak RSS
   growth (``VmHWM`` reset before the replay) and, in a second replay, the tracemalloc peak.
@@ -112,13 +113,15 @@ def child_cpu(args: dict[str, Any]) -> dict[str, Any]:
         run()
         requests[name] = {k: v - before.get(k, 0) for k, v in backend.requests.items() if v - before.get(k, 0)}
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     order = list(runs)
     for r in range(args["rounds"]):
         for name in order if r % 2 == 0 else order[::-1]:
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()  # the process: every thread's CPU
             runs[name]()
             times[name].append(time.perf_counter() - started)
-    return {"times": times, "requests": requests}
+            cpu[name].append(time.process_time() - used)
+    return {"times": times, "cpu": cpu, "requests": requests}
 
 
 def _status_kib(field: str) -> int:
@@ -211,27 +214,33 @@ def cpu(trees: dict[str, Path], events: int, rounds: int, processes: int) -> dic
             "events": events,
             "rounds": rounds,
         }
-        results: dict[str, dict[str, Any]] = {label: {"times": {}, "requests": {}} for label in trees}
+        results: dict[str, dict[str, Any]] = {label: {"times": {}, "cpu": {}, "requests": {}} for label in trees}
         labels = list(trees)
         for p in range(processes):
             for label in labels if p % 2 == 0 else labels[::-1]:
                 got = _run(trees[label], "cpu", {**args, "tree": str(trees[label])})
-                for name, values in got["times"].items():
-                    results[label]["times"].setdefault(name, []).extend(values)
+                for measure in ("times", "cpu"):
+                    for name, values in got[measure].items():
+                        results[label][measure].setdefault(name, []).extend(values)
                 results[label]["requests"] = got["requests"]
     finally:
         env.close()
     print(f"\n## replay of {events:,} compacted events against one GET of the same bytes (moto in its own process)")
     print(f"median of {rounds * processes} interleaved rounds; " + ", ".join(f"{c['name']}: {c['bytes']:,} bytes" for c in cases))
-    print("tree      variant                 requests                    median      / GET of the same bytes")
+    print("wall: the time of the call (on moto mostly the server's: its LIST pages are slow);")
+    print("client CPU: the calling process's, every thread (what issue 28's 'within 3x one GET' is about)")
+    print("tree      variant                 requests                    wall        / GET   client CPU  / GET's CPU")
     for label in labels:
-        times = results[label]["times"]
+        times, cpu_times = results[label]["times"], results[label]["cpu"]
         for name in times:
             case = name.split("/")[0]
-            med = statistics.median(times[name])
-            base = statistics.median(times[f"{case}/get"])
+            med, base = statistics.median(times[name]), statistics.median(times[f"{case}/get"])
+            used, base_used = statistics.median(cpu_times[name]), statistics.median(cpu_times[f"{case}/get"])
             req = " ".join(f"{v} {k}" for k, v in sorted(results[label]["requests"][name].items()))
-            print(f"{label:9} {name:23} {req:27} {med * 1000:8.1f} ms  {med / base:6.2f}x")
+            print(
+                f"{label:9} {name:23} {req:27} {med * 1000:8.1f} ms {med / base:7.2f}x "
+                f"{used * 1000:8.1f} ms {used / base_used:7.2f}x"
+            )
     return {"cases": cases, "results": results}
 
 

@@ -182,3 +182,52 @@ def test_a_page_of_plain_contents_is_read_apart_from_the_tree() -> None:
     first = ("r/sessions/a/00000000000000000001", '"abc"')
     assert [(o.key, o.etag) for o in page.objects] == [first] * 3 + [("r/sessions/a/2", '"9d"')]
     assert _plain_contents(data.replace(b"<Type>", b"\n<Type>")) is None  # whitespace: read by the tree
+
+
+# ---- botocore's check for an error in a 200 answer, once per body ------------------------------
+
+
+def test_a_page_the_store_reads_is_not_parsed_again_by_botocores_error_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore parses every non-streaming S3 answer of 200 whole to see whether it is an
+    ``Error`` document. On the store's own client a LIST page that ``parse_list_body`` read is a
+    ``ListBucketResult`` and is not parsed again; an error document (or a body it does not read),
+    and every other operation's answer, still meet botocore's check (200 becomes 500: retried)."""
+    import botocore.handlers
+
+    checked: list[bytes] = []
+    check = botocore.handlers._looks_like_special_case_error
+
+    def counted(status: int, data: bytes) -> bool:
+        checked.append(data)
+        return bool(check(status, data))
+
+    monkeypatch.setattr(botocore.handlers, "_looks_like_special_case_error", counted)
+    client = S3Store("b", endpoint_url="http://127.0.0.1:1").client
+    listing = client.meta.service_model.operation_model("ListObjectsV2")
+
+    def answer(data: bytes, operation: Any = listing) -> tuple[dict[str, Any], dict[str, Any]]:
+        response: dict[str, Any] = {"status_code": 200, "body": data, "headers": {}}
+        customized: dict[str, Any] = {}
+        client.meta.events.emit(
+            f"before-parse.s3.{operation.name}",
+            operation_model=operation,
+            response_dict=response,
+            customized_response_dict=customized,
+        )
+        return response, customized
+
+    error = b"<Error><Code>InternalError</Code><Message>x</Message></Error>"
+    _listing.active = True
+    try:
+        response, customized = answer(body(item("k")))
+        assert response["status_code"] == 200 and _LISTED in customized and checked == []
+        response, customized = answer(error)
+        assert response["status_code"] == 500 and _LISTED not in customized and checked == [error]
+    finally:
+        _listing.active = False
+    response, _ = answer(body(item("k")))  # not a call of list_page's: botocore's answer, checked
+    assert response["status_code"] == 200 and len(checked) == 2
+    response, _ = answer(error, client.meta.service_model.operation_model("DeleteObjects"))
+    assert response["status_code"] == 500 and len(checked) == 3
+    other = boto3.client("s3", region_name="us-east-1")  # a client made elsewhere keeps botocore's handlers
+    assert botocore.handlers._handle_200_error in list(other.meta.events._emitter._handlers.prefix_search("before-parse.s3.X"))

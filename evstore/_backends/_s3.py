@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 import boto3
 import botocore.exceptions
+import botocore.handlers
 import botocore.utils
 from botocore.config import Config
 
@@ -146,19 +147,45 @@ _LISTED = "EvstoreListedPage"
 _listing = threading.local()
 
 
-def _read_list_body(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
+def _read_list_body(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> bool:
     """botocore's ``before-parse`` hook for ListObjectsV2 on a client of the store's own: during
     ``list_page``, a page that ``parse_list_body`` reads is handed over whole under ``_LISTED`` and
     botocore is left an empty body to parse; any other response (another caller's, an error, a
-    body it does not read) goes to botocore as sent."""
+    body it does not read) goes to botocore as sent. Whether it took the page."""
     if not getattr(_listing, "active", False):
-        return
+        return False
     if response_dict.get("status_code") != 200 or not isinstance(body := response_dict.get("body"), bytes):
-        return
+        return False
     page = parse_list_body(body, _parse_timestamp)
-    if page is not None:
-        customized_response_dict[_LISTED] = page
-        response_dict["body"] = b""
+    if page is None:
+        return False
+    customized_response_dict[_LISTED] = page
+    response_dict["body"] = b""
+    return True
+
+
+#: botocore's check of every S3 answer of 200 for an error in its body (S3 can answer 200 with an
+#: ``Error`` document): it parses the whole body with ElementTree, a LIST page of 1,000 keys
+#: included, which ``parse_list_body`` then reads again. Where botocore has it (a private name),
+#: the store's own client runs it through ``_before_parse``; else it stays as botocore set it.
+_CHECK_200 = getattr(botocore.handlers, "_handle_200_error", None)
+
+
+def _before_parse(
+    response_dict: dict[str, Any], customized_response_dict: dict[str, Any], operation_model: Any, **kwargs: Any
+) -> None:
+    """In place of botocore's ``_CHECK_200`` on the store's own client: a LIST page that
+    ``_read_list_body`` takes is a ``ListBucketResult`` that parsed whole, so no error document;
+    every other answer is checked by botocore as before."""
+    if getattr(operation_model, "name", "") == "ListObjectsV2" and _read_list_body(response_dict, customized_response_dict):
+        return
+    assert _CHECK_200 is not None
+    _CHECK_200(
+        response_dict=response_dict,
+        customized_response_dict=customized_response_dict,
+        operation_model=operation_model,
+        **kwargs,
+    )
 
 
 def _code(exc: botocore.exceptions.ClientError) -> str:
@@ -240,7 +267,11 @@ class S3Store(ObjectStore):
             # on this session only (its own parser factory): a client made elsewhere keeps botocore's
             session._session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_parse_timestamp)
             client = session.client("s3", endpoint_url=endpoint_url, config=config)
-            client.meta.events.register("before-parse.s3.ListObjectsV2", _read_list_body)
+            if _CHECK_200 is not None:
+                client.meta.events.unregister("before-parse.s3.*", _CHECK_200)
+                client.meta.events.register_first("before-parse.s3.*", _before_parse)
+            else:
+                client.meta.events.register("before-parse.s3.ListObjectsV2", _read_list_body)
         self.client = client
         #: Requests sent on the wire, by operation name (retries included).
         self.requests: Counter[str] = Counter()
