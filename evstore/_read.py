@@ -1295,8 +1295,8 @@ def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | N
                 return page
             sent += 1
         index = len(page.objects)
-        names = [info.key[len(prefix) :] for info in page.objects[-1:]]
-        if not page.truncated or (names and names[0] > _LAST_SEQ_NAME) or (start := _list_on(prefix, page)) is None:
+        last = page.objects[-1].key[len(prefix) :] if page.objects else ""
+        if not page.truncated or last > _LAST_SEQ_NAME or (start := _list_on(prefix, page)) is None:
             return page  # the events end on this page
         more = ctx.backend.list_page(prefix, start_after=start)
         page = ListPage([*page.objects, *more.objects], page.prefixes, more.truncated, more.next_start_after)
