@@ -35,7 +35,7 @@ from evstore import Store, StoreUnavailableError, open_store
 from evstore._backends._s3 import S3Store
 from evstore._lifecycle import DEFAULT_ABORT_DAYS, DEFAULT_EPHEMERAL_DAYS, RETENTION_TAG, evstore_rules
 
-from .test_least_privilege import load_render, s3_client, store_as, user_with_policy
+from .test_least_privilege import iam_authentication, load_render, s3_client, store_as, user_with_policy
 
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 COMPOSE = INFRA / "docker-compose.yml"
@@ -357,11 +357,9 @@ def test_deployed_policy_is_the_rendered_policy(stack: Stack, role: str) -> None
 
 
 def test_deployed_writer_policy_lets_evstore_write_and_denies_delete(stack: Stack) -> None:
-    from moto.core import enable_iam_authentication
-
     iam = boto3.client("iam", region_name="us-east-1")
     credentials = user_with_policy(iam, "agent", policy_arn=stack.outputs["WriterPolicyArn"])
-    with enable_iam_authentication():
+    with iam_authentication():
         store = store_as(credentials, stack.bucket, root="agents")
         store.open("chat", create=True).append(user("hello"))
         assert [m["content"] for m in store.context("chat")] == ["hello"]

@@ -30,6 +30,14 @@ and confirmed by the tests below):
   bucket ARN to every Allow of ``s3:DeleteObject`` before the policy is given to
   moto. The shipped policies stay AWS-correct; a role without ``s3:DeleteObject``
   (writer, auditor) is unaffected by the shim.
+* Divergent since moto 5.2.6: an S3 request is authorized under its API
+  operation's name (``s3:ListObjectsV2``, ``s3:GetBucketLifecycleConfiguration``,
+  ``s3:ListMultipartUploads``) instead of the IAM action AWS checks
+  (``s3:ListBucket``, ``s3:GetLifecycleConfiguration``,
+  ``s3:ListBucketMultipartUploads``), so an AWS-correct policy is refused calls
+  AWS allows. moto still works the IAM action out (its ``ACTION_MAP``, into the
+  request's ``Action``); ``iam_authentication`` below hands that name to the
+  check, as moto 5.1 to 5.2.5 did.
 """
 
 from __future__ import annotations
@@ -39,11 +47,13 @@ import importlib.util
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from unittest import mock
 
 import boto3
 import botocore.exceptions
@@ -81,6 +91,24 @@ def for_moto(policy: dict[str, Any], bucket: str) -> dict[str, Any]:
             resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
             statement["Resource"] = [*resources, f"arn:aws:s3:::{bucket}"]
     return adapted
+
+
+@contextmanager
+def iam_authentication() -> Iterator[None]:
+    """moto's IAM authentication on, each S3 request authorized under its IAM action (see the module docstring)."""
+    from moto.core import enable_iam_authentication
+    from moto.iam.access_control import S3IAMRequest
+
+    authorize = S3IAMRequest.__init__
+
+    def under_iam_action(self: S3IAMRequest, **request: Any) -> None:
+        iam_action = request["data"].get("Action") if hasattr(request["data"], "get") else None
+        if isinstance(iam_action, str):
+            request["action"] = iam_action
+        authorize(self, **request)
+
+    with mock.patch.object(S3IAMRequest, "__init__", under_iam_action), enable_iam_authentication():
+        yield
 
 
 def user_with_policy(iam: Any, name: str, *, policy_arn: str) -> tuple[str, str]:
@@ -125,7 +153,6 @@ class Roles:
 def roles() -> Iterator[Roles]:
     """A bucket and one IAM user per role (policies rendered for ``s3://bucket/evstore``), IAM auth on."""
     from moto import mock_aws
-    from moto.core import enable_iam_authentication
 
     with mock_aws():
         bucket = f"evs-{uuid.uuid4().hex[:12]}"
@@ -136,7 +163,7 @@ def roles() -> Iterator[Roles]:
             document = for_moto(render.render(role, bucket=bucket, prefix=ROOT), bucket)
             arn = iam.create_policy(PolicyName=f"evstore-{role}", PolicyDocument=json.dumps(document))["Policy"]["Arn"]
             world.credentials[role] = user_with_policy(iam, f"evstore-{role}", policy_arn=arn)
-        with enable_iam_authentication():
+        with iam_authentication():
             yield world
 
 
