@@ -33,7 +33,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent.futures import wait as futures_wait
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -69,7 +68,6 @@ from ._errors import (
     KeyRequiredError,
     SessionExpiredError,
     SessionNotFoundError,
-    StoreUnavailableError,
 )
 from ._ids import (
     MAX_SEQ,
@@ -806,41 +804,24 @@ def _loose_events(
     def fetch(seq: int) -> bytes | None:
         return get_event_bytes(ctx, session_id, seq)
 
-    for seq, data in ctx.prefetched(seqs(), fetch, ctx.concurrency * 2, early=early.take if early is not None else None):
-        if data is None and early is not None and early.was_guessed(seq):
-            data = fetch(seq)  # guessed before it was written (or refused): the listing names it
-        yield seq, data
+    return ctx.prefetched(seqs(), fetch, ctx.concurrency * 2, early=early.take if early is not None else None)
 
 
 class _EarlyGets:
     """GETs of the loose tail's first events, sent from the pool as soon as the tail's LIST
     answers and the segment GETs' first window has gone out (so they queue behind those and
-    wait for no segment decode), and GETs of the seqs the tail most likely holds, guessed before
-    any listing names them (``release``). ``take`` hands one over to the stream that reads its seq;
-    after ``close`` none is sent, those not taken are cancelled, and the guesses still on their
-    way are waited for (a read makes no request after it returns)."""
+    wait for no segment decode). ``take`` hands one over to the stream that reads its seq;
+    after ``close`` none is sent, and those not taken are cancelled."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
         self._released = threading.Event()
         self._futures: dict[int, Future[bytes | None]] = {}
-        self._guesses: dict[int, Future[bytes | None]] = {}
-        self._guessed: set[int] = set()
 
-    def release(self, guesses: Iterable[int] = (), submit: Callable[[int], Future[bytes | None]] | None = None) -> None:
-        """The segment GETs that go first are queued: ``submit`` sends a GET of each of
-        ``guesses``, and the early GETs may follow; once (a later call does nothing).
-
-        A guess is a seq no listing names yet: its answer is used only for a seq the listing then
-        names, and one that found nothing there (or was refused: S3 answers 403 for a missing key
-        to a role that may not list the bucket) is not taken as an answer (``was_guessed``)."""
-        with self._lock:
-            if self._released.is_set():
-                return
-            if submit is not None and not self._closed:
-                self._guesses = {seq: submit(seq) for seq in guesses}
-            self._released.set()
+    def release(self) -> None:
+        """The segment GETs that go first are queued: the early GETs may follow."""
+        self._released.set()
 
     def wait(self) -> None:
         self._released.wait()
@@ -849,32 +830,21 @@ class _EarlyGets:
         with self._lock:
             if self._closed:
                 return False
-            if seq not in self._guesses and seq not in self._guessed:
-                self._futures[seq] = submit()
+            self._futures[seq] = submit()
             return True
 
     def take(self, seq: int) -> Future[bytes | None] | None:
         with self._lock:
-            guessed = self._guesses.pop(seq, None)
-            if guessed is not None:
-                self._guessed.add(seq)
-                return guessed
             return self._futures.pop(seq, None)
-
-    def was_guessed(self, seq: int) -> bool:
-        """Whether the answer ``take`` gave for ``seq`` was a guess's."""
-        return seq in self._guessed
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            left = [*self._futures.values(), *self._guesses.values()]
+            left = list(self._futures.values())
             self._futures.clear()
-            self._guesses.clear()
         self._released.set()
         for future in left:
             future.cancel()
-        futures_wait(left)
 
 
 def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
@@ -1176,13 +1146,6 @@ def own_batches(
         tail = ctx.executor().submit(_send_early, ctx, sid, known_tail, end, early)
     elif runs and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
-    guesses = _guessed_tail(ctx, sid, tail_start, end, known_tail) if tail is not None else range(0)
-
-    def guess(seq: int) -> Future[bytes | None]:
-        return ctx.wide_executor().submit(_guessed_event, ctx, sid, seq)
-
-    def primed() -> None:  # the segment GETs that go first are queued
-        early.release(guesses, guess)
     try:
         # each group's segments, then the LIST pages (by the seq they list after) of the loose events
         # it yields that no earlier group's pages cover: made as the fetches go out, so a planted
@@ -1231,7 +1194,7 @@ def own_batches(
         # GETs, not queued behind them), two groups' bytes; then the tail's early GETs may go
         window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
         fetched = ctx.prefetched(
-            wanted(), fetch, window, primed=primed, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
+            wanted(), fetch, window, primed=early.release, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
         )
         covered: dict[int, str] = {}
         group_pages = iter(pages_of)
@@ -1269,7 +1232,7 @@ def own_batches(
                 cursor = last + 1
             covered = {seq: md5 for seq, md5 in covered.items() if seq >= cursor}  # what later groups may still need
         fetched.close()
-        primed()  # the segments are done with (or there were none): the tail's GETs may go
+        early.release()  # the segments are done with (or there were none): the tail's GETs may go
         if end is not None and cursor > end:
             return
         # the tail's page when the loose events start where it does; else the first page's part from
@@ -1290,34 +1253,6 @@ def own_batches(
         if tail is not None:
             tail.cancel()
         early.close()
-
-
-def _events_go_on(prefix: str, page: ListPage) -> bool:
-    """Whether event names may follow ``page`` of a session's names: it is truncated and ends in
-    none that sorts after every seq (the manifest, segments, markers). Pure."""
-    return page.truncated and not (page.objects and page.objects[-1].key[len(prefix) :] > _LAST_SEQ_NAME)
-
-
-def _guessed_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, known: ListPage | None) -> range:
-    """The seqs of a loose tail from ``start`` on that no listing at hand names, up to the
-    writer's compaction size (``auto_compact``, at most ``2 * concurrency``): a writer that
-    compacts as it appends leaves fewer events than that after its newest segment, so their GETs
-    can go out with the segment GETs, beside the LIST that names them, rather than a round after
-    it. Empty when ``known`` (the first page of names) lists the events to their end. Pure."""
-    prefix = ctx.layout.session_prefix(session_id)
-    if ctx.auto_compact is None or (known is not None and not _events_go_on(prefix, known)):
-        return range(0)
-    named = [seq for info in known.objects if (seq := parse_seq(info.key[len(prefix) :])) is not None] if known else []
-    last = start + min(ctx.auto_compact, 2 * ctx.concurrency) - 1
-    return range(max(start, named[-1] + 1 if named else start), (last if end is None else min(last, end)) + 1)
-
-
-def _guessed_event(ctx: StoreContext, session_id: str, seq: int) -> bytes | None:
-    """A guessed seq's bytes; None when it is not there or the GET is refused (see ``_EarlyGets.guess``)."""
-    try:
-        return get_event_bytes(ctx, session_id, seq)
-    except StoreUnavailableError:
-        return None
 
 
 def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, early: _EarlyGets) -> ListPage:
@@ -1360,7 +1295,8 @@ def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | N
                 return page
             sent += 1
         index = len(page.objects)
-        if not _events_go_on(prefix, page) or (start := _list_on(prefix, page)) is None:
+        last = page.objects[-1].key[len(prefix) :] if page.objects else ""
+        if not page.truncated or last > _LAST_SEQ_NAME or (start := _list_on(prefix, page)) is None:
             return page  # the events end on this page
         more = ctx.backend.list_page(prefix, start_after=start)
         page = ListPage([*page.objects, *more.objects], page.prefixes, more.truncated, more.next_start_after)

@@ -58,9 +58,8 @@ def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> N
     assert [m["content"] for m in context] == [f"m{i}" for i in range(2201)]
     # the non-event objects (one page), the 3 pages of the 2,200 loose events the segments cover, the loose tail
     assert counting.counts["LIST"] == 1 + 3 + 1
-    # the manifest; a chain of 17 top-level segments, [2177, 2192] and four of 2 events to 2,200; the
-    # tail's one event among the 32 seqs the reader (compacting by 32 itself) guesses from 2,201
-    assert counting.counts["GET"] == 1 + 22 + 32
+    # the manifest; a chain of 17 top-level segments, [2177, 2192] and four of 2 events to 2,200; the tail
+    assert counting.counts["GET"] == 1 + 22 + 1
     delayed = DelayedStore(inner, 0.04)
     writer, _ = Store(delayed, root="root").resume("s")
     writer.append(msg("next"))
@@ -75,9 +74,9 @@ def test_the_listing_stays_one_page_at_34000_events_by_default() -> None:
     counting = CountingStore(inner)
     assert len(Store(counting, root="root").context("s")) == 34000
     # the manifest; 16 top-level segments (to 32,768), four of 256 events (to 33,792), six of 32
-    # (to 33,984); the 32 seqs guessed from 33,985 (the 16 loose events and 16 past the head); the
-    # non-event objects, the 34 pages of the 33,984 loose events the segments cover, the loose tail
-    assert counting.counts == {"GET": 1 + 26 + 32, "LIST": 1 + 34 + 1}
+    # (to 33,984); the 16 loose events after them; the non-event objects, the 34 pages of the
+    # 33,984 loose events the segments cover, the loose tail
+    assert counting.counts == {"GET": 1 + 26 + 16, "LIST": 1 + 34 + 1}
 
 
 def test_a_read_that_ends_early_lists_the_young_segments_that_end_before_it() -> None:
