@@ -466,9 +466,12 @@ class _Run:
         self.classes = [ctx.tags_for("permanent"), ctx.tags_for("ephemeral")]
         self.root = ctx.layout.sessions + prefix
         self.width = ctx.concurrency
-        #: Sessions judged at once: each has up to two requests in flight (its manifest, and its
-        #: tombstone or its forks' manifests), the store's reads' 2 x concurrency in all.
-        self.judges = 2 * ctx.concurrency
+        #: Sessions judged at once (128 by default): each has its manifest's GET in flight from its
+        #: judge's thread, and its tombstone's (or its forks' manifests') on the wide pool: a
+        #: deleted session's two GETs wait for no other session's. 2 x concurrency took 103
+        #: round trips for 10,000 half-deleted sessions at 20 ms a request, 4 x 73, 8 x 82 (the
+        #: threads' own CPU): benchmarks/scale.py's gc section.
+        self.judges = 4 * ctx.concurrency
         self.ranges: list[_Range] = [_Range("", None)]
         self.made = 1  # ranges made: one more only per 2,000 objects listed, so LISTs <= 1.5 x objects/1000 + 1
         self.listed_objects = 0
@@ -656,9 +659,10 @@ class _Run:
         if listed.manifest is None:
             self._remove_all(listed, "expired remnant or orphan" if listed.tombstone is None else "deleted")
             return None
-        # what the decision needs besides the manifest, sent alongside it: the tombstone, or the
-        # manifests of the forks whose markers are old enough to be removed
-        pool = ctx.executor()
+        # what the decision needs besides the manifest, sent alongside it on the wide pool (its
+        # small GETs wait on nothing, and the store's pool runs the listings and the deletes): the
+        # tombstone, or the manifests of the forks whose markers are old enough to be removed
+        pool = ctx.wide_executor()
         tombstone_data = pool.submit(_tombstone, ctx, session_id) if listed.tombstone is not None else None
         children: dict[str, Future[Manifest | _Unreadable | None]] = {}
         if tombstone_data is None:
