@@ -469,7 +469,7 @@ class _Run:
         #: Sessions judged at once (128 by default): each has its manifest's GET in flight from its
         #: judge's thread, and its tombstone's (or its forks' manifests') on the wide pool: a
         #: deleted session's two GETs wait for no other session's. 2 x concurrency took 103
-        #: round trips for 10,000 half-deleted sessions at 20 ms a request, 4 x 73, 8 x 82 (the
+        #: round trips for 10,000 half-deleted sessions at 20 ms a request, 4 x 63-73, 8 x 82 (the
         #: threads' own CPU): benchmarks/scale.py's gc section.
         self.judges = 4 * ctx.concurrency
         self.ranges: list[_Range] = [_Range("", None)]

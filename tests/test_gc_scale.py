@@ -152,7 +152,7 @@ def test_dependent_round_trips_stay_far_below_the_requests() -> None:
     total = counting.total
     assert total == counting.counts["LIST"] + 180 + counting.counts["DELETE"]
     # serial gc: a LIST per session and two GETs per deleted one, ~780 in a row; here the two GETs
-    # of a session go together, and up to 32 sessions at once (4 x concurrency) (allowed: 6, for a busy machine)
+    # of a session go together, and up to 32 sessions at once, 4 x concurrency (allowed: 6, for a busy machine)
     bound = counting.counts["LIST"] + counting.counts["DELETE"] + math.ceil(180 / 6)
     assert chain <= bound < total / 3, (chain, bound, total)
 
