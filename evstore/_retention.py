@@ -467,10 +467,9 @@ class _Run:
         self.root = ctx.layout.sessions + prefix
         self.width = ctx.concurrency
         #: Sessions judged at once (128 by default): each has its manifest's GET in flight from its
-        #: judge's thread, and its tombstone's (or its forks' manifests') on the wide pool: a
-        #: deleted session's two GETs wait for no other session's. 2 x concurrency took 103
-        #: round trips for 10,000 half-deleted sessions at 20 ms a request, 4 x 63-73, 8 x 82 (the
-        #: threads' own CPU): benchmarks/scale.py's gc section.
+        #: judge's thread, and its tombstone's (or its forks' manifests') on the wide pool, so a
+        #: deleted session's two GETs wait for no other session's. Why 4 x and not 2 x or 8 x:
+        #: docs/retention.md (round trips measured by benchmarks/scale.py, section 5).
         self.judges = 4 * ctx.concurrency
         self.ranges: list[_Range] = [_Range("", None)]
         self.made = 1  # ranges made: one more only per 2,000 objects listed, so LISTs <= 1.5 x objects/1000 + 1

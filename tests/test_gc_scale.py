@@ -157,6 +157,30 @@ def test_dependent_round_trips_stay_far_below_the_requests() -> None:
     assert chain <= bound < total / 3, (chain, bound, total)
 
 
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most requests in flight at one time, from their (start, end) spans."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_deleted_sessions_are_judged_4_x_concurrency_at_once_with_both_gets_in_flight() -> None:
+    """Each judge sends its session's manifest GET and, on the wide pool, its tombstone GET: more
+    than the store's pool and 2 x concurrency judges could have in flight (4 x concurrency in
+    all), and never more than the judges, their second GETs and the pool's listings."""
+    store, _, clock = timed_counting()
+    fleet(store, 80, deleted=80)
+    clock.advance(days=2)
+    delayed = DelayedStore(store.backend, 0.05)
+    concurrency = 4
+    report = Store(delayed, root="root", clock=clock, concurrency=concurrency).gc()
+    assert report.sessions_removed == 80
+    assert 4 * concurrency < most_at_once(delayed.spans) <= (4 + 4 + 2) * concurrency
+
+
 def test_a_session_across_a_page_boundary_is_judged_whole() -> None:
     store, counting, clock = timed_counting()
     for i in range(998):  # a remnant whose keys fill the first page but two
