@@ -35,8 +35,12 @@ ranges at once. It starts with one range, the whole prefix; once the listing has
 shown 2,000 objects per range, a range is split in two at a name about halfway
 between where its listing is and where it ends (spelled in the characters of the
 ids seen so far, from the id alphabet ``[A-Za-z0-9._-]``), and the upper half is
-listed alongside; a boundary past the ids costs one LIST that finds none, and
-halves the gap the next time. A boundary is a
+listed alongside. The last range ends, as far as the split can tell, where the
+block of ids that start as every id listed so far does (``s0000000``...
+``s0000399``: at ``s0001``), or, if they share no start, past every name; a
+boundary past the ids costs one LIST that finds none, and halves the gap the next
+time. A range that a page or two most likely finish (at the pace its pages went
+so far) is not split: its halves would cost a LIST more. A boundary is a
 name without ``/``, so it never falls inside a session: all of a session's keys
 share the prefix ``<id>/`` and sort together, on one side of it. A session may
 span pages of its range; its objects are gathered until the next session's
@@ -71,8 +75,8 @@ Requests per gc, as ``GcReport.requests`` reports them (counted as sent):
 (so ``L <= 1.5 * objects/1000 + 1``: the objects under the prefix), ``G`` the
 GETs above, ``D`` = ⌈keys removed/1,000⌉ batch deletes, plus one batch per
 1,000 tombstones, sent after every batch before them, and one batch at the end
-for what is left of each, ``U`` = one LIST of incomplete uploads and one
-request per upload aborted, plus ``delete``'s requests per session beyond
+for what is left of each, ``U`` = one LIST of incomplete uploads (sent with the
+first LIST of the sessions) and one request per upload aborted, plus ``delete``'s requests per session beyond
 ``keep``. Dependent round trips: about ``L / concurrency`` listing rounds
 (after the first few, while ranges split) and the sessions read divided by
 ``2 x concurrency`` (one round each, two for a deleted session with forks),
@@ -86,6 +90,8 @@ from __future__ import annotations
 import bisect
 import copy
 import heapq
+import itertools
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -96,6 +102,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import _lifecycle
 from ._backends import (
     Forwarding,
+    IncompleteUpload,
     ListPage,
     ObjectInfo,
     ObjectMissing,
@@ -153,6 +160,8 @@ class ExpiringObject:
 #: A session's objects gc holds while it judges them; past this many it holds only the names
 #: that decide (manifest, tombstone, fork markers) and lists the session again to remove any.
 _HELD = 4000
+#: The incomplete uploads S3 lists in one request.
+_UPLOADS_PAGE = 1000
 #: Session-relative names after this one are no event's (``Layout.after_events``).
 _EVENTS_END = format_seq(MAX_SEQ)
 #: Delete batches in flight at once; a thread that would send one more sends it itself.
@@ -394,6 +403,7 @@ class _Range:
     listed a page at a time; ``listed``: the session its pages have reached."""
 
     def __init__(self, after: str, end: str | None) -> None:
+        self.origin = after
         self.after = after
         self.end = end
         self.pages = 0
@@ -415,16 +425,29 @@ def _number(name: str, alphabet: str) -> int:
     return value
 
 
+def _shared(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` start with in common."""
+    common = 0
+    while common < min(len(a), len(b)) and a[common] == b[common]:
+        common += 1
+    return common
+
+
+def pages_left(origin: str, reached: str, end: str, pages: int, alphabet: str = ID_ALPHABET) -> float:
+    """About how many more pages a range that took ``pages`` pages from ``origin`` to
+    ``reached`` needs to reach ``end``, were its ids spread evenly. Pure."""
+    common = _shared(origin, end)
+    start, at, stop = (_number(name[common:], alphabet) for name in (origin, reached, end))
+    return pages * (stop - at) / (at - start) if at > start else math.inf
+
+
 def between(low: str, high: str | None, alphabet: str = ID_ALPHABET) -> str | None:
     """A name about halfway between ``low`` and ``high`` (None: past every name), both
     excluded, spelled in ``alphabet`` (sorted characters of the id alphabet: those the ids seen
     so far use, so the halves hold ids alike) after their common start, so without ``/``
     unless that start has one; None if there is none at this precision. Pure."""
     base = len(alphabet) + 1
-    common = 0
-    if high is not None:
-        while common < min(len(low), len(high)) and low[common] == high[common]:
-            common += 1
+    common = _shared(low, high) if high is not None else 0
     top = _number(high[common:], alphabet) if high is not None else base**_PRECISION
     middle = (_number(low[common:], alphabet) + top) // 2
     chars: list[str] = []
@@ -436,6 +459,17 @@ def between(low: str, high: str | None, alphabet: str = ID_ALPHABET) -> str | No
     name = low[:common] + "".join(chars)
     if low < name and (high is None or name < high) and "/" not in name:
         return name
+    return None
+
+
+def block_end(start: str) -> str | None:
+    """The first id after every id that starts with ``start`` (None: there is none, ``start``
+    being empty or all of the id alphabet's last character). Pure."""
+    while start:
+        place = ID_ALPHABET.find(start[-1])
+        if 0 <= place < len(ID_ALPHABET) - 1:
+            return start[:-1] + ID_ALPHABET[place + 1]
+        start = start[:-1]
     return None
 
 
@@ -476,6 +510,8 @@ class _Run:
         self.listed_objects = 0
         #: The characters of the ids listed: boundaries are spelled in them.
         self.seen: set[str] = set()
+        #: The first id listed: the lowest, as ranges split only after the first range's pages.
+        self.lowest: str | None = None
         self.listing: dict[Future[ListPage], _Range] = {}
         self.judging: set[Future[list[tuple[datetime, str]]]] = set()
         self.waiting: deque[_Listed] = deque()
@@ -556,6 +592,8 @@ class _Run:
             listed = range_.listed = _Listed(session_id, self.ctx.layout.session_prefix(session_id))
             self.report.sessions += 1
             self.seen.update(c for c in session if c in ID_ALPHABET)
+            if self.lowest is None:
+                self.lowest = session
         self.report.objects_scanned += 1
         if self.rules and not listed.due:
             listed.due = self._due(info)
@@ -600,7 +638,17 @@ class _Run:
         if slash >= 0:
             low = low[: slash + 1]  # the session the listing is in lies wholly before the boundary
         seen = "".join(sorted(self.seen)) if len(self.seen) > 1 else ID_ALPHABET
-        return between(low, None if range_.end is None else range_.end[len(self.root) :], seen)
+        # the last range: toward the end of the block of ids that start as every id listed so far
+        # does (ids s0000000...: s0001), or past every name
+        end = range_.end[len(self.root) :] if range_.end is not None else None
+        lowest = self.lowest or ""
+        high = end if end is not None else block_end(lowest[: _shared(lowest, low)])
+        if high is not None:
+            origin = range_.origin[len(self.root) :] if range_.origin.startswith(self.root) else self.lowest or ""
+            if pages_left(origin, low, high, range_.pages, seen) <= 1.5:
+                return None  # a page or two most likely end it (or its block): halves would cost a LIST more
+            return between(low, high, seen) or (between(low, None, seen) if end is None else None)
+        return between(low, None, seen)
 
     # ---- judging ----------------------------------------------------------------------------
 
@@ -842,19 +890,36 @@ def collect(
     try:
         rules = counted_ctx.backend.get_lifecycle() if apply_lifecycle else []
         cutoff = now - grace
+        # the incomplete uploads' first page is listed alongside the sessions, not after them
+        first_uploads = counted_ctx.executor().submit(_list_uploads, counted_ctx)
         run = _Run(counted_ctx, report, rules=rules, now=now, cutoff=cutoff, keep=keep, prefix=prefix, on_remove=on_remove)
-        run.run()
-        _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now)
+        try:
+            run.run()
+        finally:
+            uploads = first_uploads.result()
+        _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now, uploads)
         run.deleter.flush_all()
     finally:
         report.requests = counted.requests
     return report
 
 
+def _list_uploads(ctx: StoreContext) -> Iterator[IncompleteUpload]:
+    """The incomplete uploads under the sessions, the first page of them read (the rest as iterated)."""
+    uploads = iter(ctx.backend.list_incomplete_uploads(ctx.layout.sessions))
+    return itertools.chain(list(itertools.islice(uploads, _UPLOADS_PAGE)), uploads)
+
+
 def _abort_uploads(
-    ctx: StoreContext, deleter: _Deleter, report: GcReport, rules: list[_lifecycle.Rule], cutoff: datetime, now: datetime
+    ctx: StoreContext,
+    deleter: _Deleter,
+    report: GcReport,
+    rules: list[_lifecycle.Rule],
+    cutoff: datetime,
+    now: datetime,
+    uploads: Iterable[IncompleteUpload],
 ) -> None:
-    for upload in ctx.backend.list_incomplete_uploads(ctx.layout.sessions):
+    for upload in uploads:
         due = _lifecycle.upload_abort(rules, upload.key, upload.initiated) if rules else None
         if upload.initiated > cutoff and (due is None or due > now):
             continue

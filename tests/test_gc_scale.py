@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evstore import MemoryStore, ObjectStore, Store
-from evstore._backends import ListPage
-from evstore._retention import GcReport, between
+from evstore._backends import IncompleteUpload, ListPage
+from evstore._retention import GcReport, between, block_end, pages_left
 
 from .helpers import Clock, CountingStore, msg
 from .test_resume import DelayedStore
@@ -27,15 +28,25 @@ class Counting(CountingStore):
         super().__init__(inner)
         self._lock = threading.Lock()
         self.starts: list[str] = []
+        self.listed: list[int] = []  # the keys each LIST page of the sessions returned
 
     def _note(self, kind: str, key: str) -> None:
         with self._lock:
             super()._note(kind, key)
 
+    def reset(self) -> None:
+        with self._lock:
+            super().reset()
+            self.starts.clear()
+            self.listed.clear()
+
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
         with self._lock:
             self.starts.append(start_after)
-        return super().list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        page = super().list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        with self._lock:
+            self.listed.append(len(page.objects))
+        return page
 
 
 def objects(backend: ObjectStore) -> int:
@@ -179,6 +190,53 @@ def test_deleted_sessions_are_judged_4_x_concurrency_at_once_with_both_gets_in_f
     report = Store(delayed, root="root", clock=clock, concurrency=concurrency).gc()
     assert report.sessions_removed == 80
     assert 4 * concurrency < most_at_once(delayed.spans) <= (4 + 4 + 2) * concurrency
+
+
+def test_sequential_ids_are_split_where_they_lie_and_no_listing_comes_back_empty() -> None:
+    """Ids s000000-s000999: the last range is split toward the end of the block the ids listed
+    share (s001), not past every name, and a range its next page most likely ends is not split:
+    within the issue's LISTs <= 1.5 x objects/1000, the LIST of incomplete uploads included."""
+    store, counting, clock = timed_counting()
+    fleet(store, 1000, deleted=500)
+    stored = objects(counting.inner)
+    assert stored == 500 * 4 + 500 * 6
+    clock.advance(days=2)
+    counting.reset()
+    report = store.gc()
+    exact(report, counting)
+    assert report.sessions_removed == 500
+    assert counting.counts["LIST"] <= 1.5 * stored / 1000
+    assert [start for start in counting.starts if start and "/" not in start[len("root/sessions/") :]]  # split
+    assert all(counting.listed), counting.listed
+
+
+def test_the_incomplete_uploads_are_listed_alongside_the_sessions() -> None:
+    """A fleet with nothing to collect: its one page and the LIST of incomplete uploads are sent
+    together, one round trip in all (the uploads were listed after the sessions before)."""
+    store, counting, clock = timed_counting()
+    fleet(store, 5)
+    clock.advance(days=2)
+    delayed = DelayedUploads(counting, 0.05)
+    counting.reset()
+    report = Store(delayed, root="root", clock=clock).gc()
+    assert report.objects_removed == 0 and counting.counts["LIST"] == 2 == len(delayed.spans)
+    assert delayed.chain() == 1
+
+
+class DelayedUploads(DelayedStore):
+    """``DelayedStore`` whose LIST of incomplete uploads is delayed and recorded too."""
+
+    def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
+        uploads: list[IncompleteUpload] = self._call(lambda: list(self.inner.list_incomplete_uploads(prefix)))
+        return iter(uploads)
+
+
+def test_block_ends_and_pages_left() -> None:
+    assert block_end("s0000") == "s0001" and block_end("s09") == "s0A" and block_end("az") == "b"
+    assert block_end("z") is None and block_end("") is None
+    # 400 ids in 2 pages, 600 to go: 3 pages; none listed yet: unknown
+    assert pages_left("s000000", "s000400/", "s001", 2, "0123456789s") == pytest.approx(3, rel=0.2)
+    assert pages_left("s000400", "s000400/", "s001", 0, "0123456789s") == math.inf
 
 
 def test_a_session_across_a_page_boundary_is_judged_whole() -> None:
