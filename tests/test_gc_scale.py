@@ -231,6 +231,12 @@ class DelayedUploads(DelayedStore):
         return iter(uploads)
 
 
+@given(start=st.text(alphabet="-._09AZaz~\u00e9", max_size=5), rest=st.text(alphabet="-._09AZaz~\u00e9", max_size=5))
+def test_a_block_ends_after_every_name_that_starts_with_it(start: str, rest: str) -> None:
+    end = block_end(start)
+    assert end is None or (start + rest < end and "/" not in end)
+
+
 def test_block_ends_and_pages_left() -> None:
     assert block_end("s0000") == "s0001" and block_end("s09") == "s0A" and block_end("az") == "b"
     assert block_end("z") is None and block_end("") is None
