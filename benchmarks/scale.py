@@ -375,8 +375,9 @@ def section_resume(cfg: Config, bulk: Bulk, report: Report) -> None:
         )
         table.row("requests PUT/GET/HEAD/LIST/DELETE", by_kind)
         table.row("requests, resume + append", totals)
-        table.row("round trips, resume", rounds, "<= 4", at_most(rounds, 4))
-        table.row("round trips, resume + append", rounds_all)
+        table.row("round trips, resume", rounds)
+        # issue 27 counts Store.resume and the append together
+        table.row("round trips, resume + append", rounds_all, "<= 4", at_most(rounds_all, 4))
         table.row("MB downloaded", down)
         table.row("ms, resume + append (wall)", wall)
         table.row("peak MB, context() alone", ctx_mb)
