@@ -76,8 +76,8 @@ Requests per gc, as ``GcReport.requests`` reports them (counted as sent):
 GETs above, ``D`` = ⌈keys removed/1,000⌉ batch deletes, plus one batch per
 1,000 tombstones, sent after every batch before them, and one batch at the end
 for what is left of each, ``U`` = one LIST of incomplete uploads (sent with the
-first LIST of the sessions) and one request per upload aborted, plus ``delete``'s requests per session beyond
-``keep``. Dependent round trips: about ``L / concurrency`` listing rounds
+first LIST of the sessions) and one request per upload aborted, plus
+``delete``'s requests per session beyond ``keep``. Dependent round trips: about ``L / concurrency`` listing rounds
 (after the first few, while ranges split) and the sessions read divided by
 ``2 x concurrency`` (one round each, two for a deleted session with forks),
 with the deletes in flight alongside. Memory: per range in flight, one page and one session's
@@ -644,7 +644,7 @@ class _Run:
         lowest = self.lowest or ""
         high = end if end is not None else block_end(lowest[: _shared(lowest, low)])
         if high is not None:
-            origin = range_.origin[len(self.root) :] if range_.origin.startswith(self.root) else self.lowest or ""
+            origin = range_.origin[len(self.root) :] if range_.origin.startswith(self.root) else lowest
             if pages_left(origin, low, high, range_.pages, seen) <= 1.5:
                 return None  # a page or two most likely end it (or its block): halves would cost a LIST more
             return between(low, high, seen) or (between(low, None, seen) if end is None else None)
@@ -896,8 +896,10 @@ def collect(
         try:
             run.run()
         finally:
-            uploads = first_uploads.result()
-        _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now, uploads)
+            from concurrent.futures import wait
+
+            wait([first_uploads])  # settled, without raising over the run's own error: no request outlives gc
+        _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now, first_uploads.result())
         run.deleter.flush_all()
     finally:
         report.requests = counted.requests
