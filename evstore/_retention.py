@@ -52,7 +52,7 @@ older than the manifest, no fork marker older than the grace and, with rules, no
 object older than the grace that the rules would expire now under either
 retention class (a listing shows no tags). A manifest whose listed size no
 manifest can have is left alone, from the listing too. Only the others are read,
-``2 x concurrency`` sessions at a time, each one's independent requests together:
+``4 x concurrency`` sessions at a time, each one's independent requests together:
 
 * no manifest listed (a remnant, an orphan, a deleted session's rest): none;
 * any other that needs a decision: a GET of its manifest, then
@@ -79,7 +79,7 @@ for what is left of each, ``U`` = one LIST of incomplete uploads (sent with the
 first LIST of the sessions) and one request per upload aborted, plus
 ``delete``'s requests per session beyond ``keep``. Dependent round trips: about ``L / concurrency`` listing rounds
 (after the first few, while ranges split) and the sessions read divided by
-``2 x concurrency`` (one round each, two for a deleted session with forks),
+``4 x concurrency`` (one round each, two for a deleted session with forks),
 with the deletes in flight alongside. Memory: per range in flight, one page and one session's
 objects (at most ``_HELD``), and a bounded queue of sessions waiting for their
 GETs; the delete batches in flight.
@@ -160,6 +160,8 @@ class ExpiringObject:
 #: A session's objects gc holds while it judges them; past this many it holds only the names
 #: that decide (manifest, tombstone, fork markers) and lists the session again to remove any.
 _HELD = 4000
+#: A range whose listing will most likely end within this many more pages is not split.
+_FINISHING_PAGES = 1.5
 #: The incomplete uploads S3 lists in one request.
 _UPLOADS_PAGE = 1000
 #: Session-relative names after this one are no event's (``Layout.after_events``).
@@ -511,7 +513,7 @@ class _Run:
         #: The characters of the ids listed: boundaries are spelled in them.
         self.seen: set[str] = set()
         #: The first id listed: the lowest, as ranges split only after the first range's pages.
-        self.lowest: str | None = None
+        self.lowest = ""
         self.listing: dict[Future[ListPage], _Range] = {}
         self.judging: set[Future[list[tuple[datetime, str]]]] = set()
         self.waiting: deque[_Listed] = deque()
@@ -592,7 +594,7 @@ class _Run:
             listed = range_.listed = _Listed(session_id, self.ctx.layout.session_prefix(session_id))
             self.report.sessions += 1
             self.seen.update(c for c in session if c in ID_ALPHABET)
-            if self.lowest is None:
+            if not self.lowest:
                 self.lowest = session
         self.report.objects_scanned += 1
         if self.rules and not listed.due:
@@ -632,20 +634,23 @@ class _Run:
             range_.end = self.root + at
             self.made += 1
 
+    def _name(self, key: str) -> str:
+        """``key`` below the listing's root ("" for a range that starts before every key)."""
+        return key[len(self.root) :] if key.startswith(self.root) else ""
+
     def _boundary(self, range_: _Range) -> str | None:
-        low = range_.after[len(self.root) :] if range_.after.startswith(self.root) else ""
+        low = self._name(range_.after)
         slash = low.find("/")
         if slash >= 0:
             low = low[: slash + 1]  # the session the listing is in lies wholly before the boundary
         seen = "".join(sorted(self.seen)) if len(self.seen) > 1 else ID_ALPHABET
         # the last range: toward the end of the block of ids that start as every id listed so far
         # does (ids s0000000...: s0001), or past every name
-        end = range_.end[len(self.root) :] if range_.end is not None else None
-        lowest = self.lowest or ""
-        high = end if end is not None else block_end(lowest[: _shared(lowest, low)])
+        end = self._name(range_.end) if range_.end is not None else None
+        high = end if end is not None else block_end(self.lowest[: _shared(self.lowest, low)])
         if high is not None:
-            origin = range_.origin[len(self.root) :] if range_.origin.startswith(self.root) else lowest
-            if pages_left(origin, low, high, range_.pages, seen) <= 1.5:
+            origin = self._name(range_.origin) or self.lowest
+            if pages_left(origin, low, high, range_.pages, seen) <= _FINISHING_PAGES:
                 return None  # a page or two most likely end it (or its block): halves would cost a LIST more
             return between(low, high, seen) or (between(low, None, seen) if end is None else None)
         return between(low, None, seen)
@@ -896,9 +901,7 @@ def collect(
         try:
             run.run()
         finally:
-            from concurrent.futures import wait
-
-            wait([first_uploads])  # settled, without raising over the run's own error: no request outlives gc
+            first_uploads.exception()  # settled, without raising over the run's own error: no request outlives gc
         _abort_uploads(counted_ctx, run.deleter, report, rules, cutoff, now, first_uploads.result())
         run.deleter.flush_all()
     finally:

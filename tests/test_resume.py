@@ -86,10 +86,11 @@ class DelayedStore(ObjectStore):
         self.inner.put_lifecycle(rules)
 
     def list_incomplete_uploads(self, prefix: str) -> Iterator[IncompleteUpload]:
-        return self.inner.list_incomplete_uploads(prefix)
+        uploads: list[IncompleteUpload] = self._call(lambda: list(self.inner.list_incomplete_uploads(prefix)))
+        return iter(uploads)
 
     def abort_upload(self, key: str, upload_id: str) -> None:
-        self.inner.abort_upload(key, upload_id)
+        self._call(self.inner.abort_upload, key, upload_id)
 
 
 def written(store: Store, sid: str, n: int) -> None:
