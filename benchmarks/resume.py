@@ -89,6 +89,15 @@ AGENT_ID = "main"
 Item = tuple[str, bytes, dict[str, str]]
 
 VARIANTS = ("evstore-defaults", "evstore-compacted", "evstore-uncompacted", "strands-s3", "strands-snapshot")
+#: Variants that read one object per message: past ``PER_MESSAGE_UP_TO`` messages they are not set up
+#: or run (at 100,000, 100,000 GETs and minutes a run; they are the baseline up to 10,000).
+PER_MESSAGE = ("evstore-uncompacted", "strands-s3")
+PER_MESSAGE_UP_TO = 10_000
+
+
+def variants_at(n: int) -> tuple[str, ...]:
+    """The variants set up and run at ``n`` messages."""
+    return tuple(v for v in VARIANTS if n <= PER_MESSAGE_UP_TO or v not in PER_MESSAGE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +121,7 @@ FEW_REQUESTS = ("evstore-defaults", "evstore-compacted", "strands-snapshot")
 #: With --pin: the core of the resuming client; the server, the proxy and the appends run on the others.
 CLIENT_CORES = {0}
 FULL = Plan(
-    sizes=(100, 1_000, 10_000),
+    sizes=(100, 1_000, 10_000, 100_000),
     delays_ms=(15, 50),
     rounds=3,
     big_rounds=1,
@@ -526,7 +535,7 @@ class Bench:
     def setup(self, n: int) -> None:
         started = time.perf_counter()
         items: list[Item] = []
-        for kind in VARIANTS:
+        for kind in variants_at(n):
             sid = f"{kind}-{n}-{uuid.uuid4().hex[:6]}"
             self.sessions[(kind, n)] = sid
             if kind.startswith("evstore"):
@@ -639,8 +648,9 @@ class Bench:
     def bench_resume(self, n: int) -> None:
         for delay_ms in self.plan.delays_ms:
             self.proxy.delay = delay_ms / 1000
-            for r in range(max(self.rounds(variant, n) for variant in VARIANTS)):
-                order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
+            here = variants_at(n)
+            for r in range(max(self.rounds(variant, n) for variant in here)):
+                order = here if r % 2 == 0 else here[::-1]
                 for variant in (v for v in order if r < self.rounds(v, n)):
                     sample = self.resume_once(variant, n)
                     self.restore(self.sessions[(variant, n)])
@@ -794,6 +804,12 @@ class Bench:
                 else "on the same cores as the client (without --pin)."
             )
         )
+        if any(n > PER_MESSAGE_UP_TO for n in self.plan.sizes):
+            add("")
+            add(
+                f"Not run past {PER_MESSAGE_UP_TO:,} messages: {' and '.join(map(self.label, PER_MESSAGE))}, which read "
+                "one object per message (a GET each: 100,000 requests and minutes a run at 100,000)."
+            )
         add("")
         add("### Append: median time per append, and ratio to a raw conditional PUT of the same bytes")
         add("")
@@ -836,7 +852,10 @@ class Bench:
         return "\n".join(lines)
 
     def targets(self) -> str:
-        """The figures issue 16 sets targets for, read off the tables above."""
+        """The figures issues 16 and 28 set targets for, read off the tables above: issue 28's 2 dependent
+        round trips before the append at every size, and a resume at most as long as the snapshot's
+        below 10,000 messages and half as long from 10,000 on (issue 28 names 10,000; 100,000 is held
+        to the same)."""
         at = 15.0 if 15.0 in self.plan.delays_ms else min(self.plan.delays_ms)
         rows = ["### Against the targets", "", "| figure | measured | target | met |", "|---|---|---|---|"]
 
@@ -854,8 +873,8 @@ class Bench:
             row(
                 f"default resume of {n:,}: dependent round trips before the append, median (range) of all runs",
                 f"{typical:g} ({spread(before)})",
-                "<= 4",
-                typical <= 4,
+                "<= 2",
+                typical <= 2,
             )
             for d, runs in mine.items():
                 # each run against its own bound: 4 round trips, the append's PUT, and that run's client CPU,
@@ -874,7 +893,13 @@ class Bench:
                 )
             if theirs:
                 ratio = median(s.seconds for s in mine[at]) / median(s.seconds for s in theirs)
-                row(f"default resume of {n:,} ÷ Strands snapshot resume, at {at:g} ms", f"{ratio:.2f}x", "<= 1x", ratio <= 1)
+                wanted = 0.5 if n >= BIG else 1.0
+                row(
+                    f"default resume of {n:,} ÷ Strands snapshot resume, at {at:g} ms",
+                    f"{ratio:.2f}x",
+                    f"<= {wanted:g}x",
+                    ratio <= wanted,
+                )
         for (n, d), a in sorted(self.appends.items()):
             ratio = median(a["times"]["evstore"]) / median(a["times"]["raw"])
             row(f"append at {n:,}, {d:g} ms: evstore ÷ raw conditional PUT (medians)", f"{ratio:.3f}x", "<= 1.05x", ratio <= 1.05)
@@ -977,8 +1002,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pinned: each resuming client on core(s) {sorted(CLIENT_CORES)}; server, proxy and appends on {others}")
         for n in plan.sizes:
             bench.setup(n)
-            for kind in VARIANTS[:3]:
-                print(f"  {kind} at {n:,}: {bench.layout_notes[(kind, n)]}")
+            for kind in variants_at(n)[:3]:
+                if kind.startswith("evstore"):
+                    print(f"  {kind} at {n:,}: {bench.layout_notes[(kind, n)]}")
             bench.bench_resume(n)
         for d in plan.delays_ms:
             for n in plan.sizes:
