@@ -522,8 +522,12 @@ class Bench:
         if kind == "evstore-compacted":
             store.compact(sid, segment_size=min(SEGMENT, n))
         store.close()  # anything the defaults do in the background is done
-        names = [info.key.rsplit("/", 1)[-1] for info in memory.list("")]
-        extra = Counter("segment" if re.fullmatch(r"\d+-\d+", name) else name for name in names if not name.isdigit())
+        prefix = store.layout.session_prefix(sid)
+        names = [info.key.removeprefix(prefix) for info in memory.list(prefix)]  # events are bare seqs
+        # segments are "<first>-<last>" (young ones under young/); other names by their first part (manifest, ztree)
+        extra = Counter(
+            "segment" if re.fullmatch(r"(?:young/)?\d+-\d+", name) else name.split("/")[0] for name in names if not name.isdigit()
+        )
         others = ", ".join(f"{count:,} {name}" for name, count in sorted(extra.items()))
         self.layout_notes[(kind, n)] = f"{len(names):,} objects ({len(names) - extra.total():,} events, {others})"
         if kind == "evstore-uncompacted" and extra.total() != 1:

@@ -463,7 +463,9 @@ mon data = {r}/mon/$cluster-$id
 [osd]
 osd data = {r}/osd/$cluster-$id
 osd objectstore = memstore
-memstore device bytes = 2147483648
+# a cap on the RAM the objects may take, not an allocation: benchmarks/resume.py at 100,000 messages
+# holds about 1 GB and overwrites a 110 MB snapshot object dozens of times (see the gc settings below)
+memstore device bytes = 8589934592
 
 [client]
 admin socket =
@@ -475,6 +477,10 @@ rgw data = {r}/rgw
 rgw frontends = beast endpoint={HOST}:{self.port} tcp_nodelay=1
 rgw dns name = {HOST}
 rgw enable usage log = false
+# an overwritten or deleted object's data is reclaimed within a minute (the default waits 2 hours,
+# and the space of every overwrite stays taken until then)
+rgw gc obj min wait = 30
+rgw gc processor period = 30
 {lc}"""
         )
 
