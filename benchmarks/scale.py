@@ -69,6 +69,7 @@ from benchmarks._scale_backend import (  # noqa: E402
     Recorder,
 )
 from evstore import AsyncSession, AsyncStore, LocalStore, MemoryStore, ObjectStore, Session, Store  # noqa: E402
+from evstore._backends._local import SETTLE_SECONDS  # noqa: E402
 
 SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 SID = "bench"
@@ -265,6 +266,11 @@ def ms(seconds: float) -> float:
 
 def at_most(values: list[Any], bound: float) -> list[bool | None]:
     return [None if v is None else v <= bound for v in values]
+
+
+def only(met: list[bool | None], bounded: list[bool]) -> list[bool | None]:
+    """``met`` for the columns a bound applies to, None (no verdict) for the others."""
+    return [m if b else None for m, b in zip(met, bounded, strict=True)]
 
 
 # ---- bulk sessions -----------------------------------------------------------
@@ -536,8 +542,10 @@ def section_storage(cfg: Config, report: Report) -> None:
     table.row("MB segments + young segments", [mb(x["sizes"]["segments"] + x["sizes"]["young"]) for x in f])
     table.row("MB stored", [mb(x["stored"]) for x in f])
     table.row("MB uploaded", [mb(x["uploaded"]) for x in f])
-    table.row("stored / loose", stored, "<= 1.5x", at_most(stored, 1.5))
-    table.row("uploaded / loose", uploaded, "<= 2.0x", at_most(uploaded, 2.0))
+    # issue 27 bounds these on the benchmarks' messages; the incompressible figure is documented, not bounded
+    bounded = [kind != "random" for kind in kinds]
+    table.row("stored / loose", stored, "<= 1.5x (1KiB)", only(at_most(stored, 1.5), bounded))
+    table.row("uploaded / loose", uploaded, "<= 2.0x (1KiB)", only(at_most(uploaded, 2.0), bounded))
     table.row("stored / messages", [x["stored"] / x["encoded"] for x in f])
     table.row("PUTs per append", [x["puts"] / n for x in f], "<= 1.05 (DESIGN 7)", at_most([x["puts"] / n for x in f], 1.05))
     report.add("storage", table)
@@ -688,14 +696,21 @@ def section_list(cfg: Config, report: Report) -> None:
     try:
         for name, backend in backends:
             made, setup = 0, 0.0
-            all_pages, first_page, lists, per_page_requests = [], [], [], []
+            all_pages, first_page, fresh_page, lists, per_page_requests = [], [], [], [], []
             for n in cfg.list_sizes:
                 started = time.perf_counter()
                 for i in range(made, n):
                     for suffix, obj in objects:
                         backend.create(f"sessions/s{i:07d}/{suffix}", obj.data, metadata=obj.metadata)
                 made = n
-                setup += time.perf_counter() - started
+                changed = time.perf_counter()
+                setup += changed - started
+                if isinstance(backend, LocalStore):
+                    # just after a change the directory is read whole for each page; once it has stood
+                    # still SETTLE_SECONDS its index is trusted (evstore/_backends/_local.py)
+                    fresh, fresh_seconds, _ = measured(backend, 0.0, lambda store: list(store.list_sessions(limit=1000)))
+                    fresh_page.append(ms(fresh_seconds) / max(1, fresh.kinds["LIST"]))
+                    time.sleep(max(0.0, SETTLE_SECONDS + 0.1 - (time.perf_counter() - changed)))
                 counts, seconds, ids = measured(backend, 0.0, lambda store: list(store.list_sessions()))
                 if len(ids) != n:
                     raise RuntimeError(f"list_sessions gave {len(ids)} ids, not {n}")
@@ -710,9 +725,18 @@ def section_list(cfg: Config, report: Report) -> None:
             table = Table(
                 f"6. list_sessions() on {name}, sessions of 2 objects (manifest + 1 event)",
                 [label(n) for n in cfg.list_sizes],
-                [f"O(page): a page costs about the same at {size_growth:.0f}x the sessions (within 3x); setup {setup:.1f} s"],
+                [
+                    f"O(page): a page costs about the same at {size_growth:.0f}x the sessions (within 3x); setup {setup:.1f} s"
+                    + (
+                        f"; pages read after the directory stood still {SETTLE_SECONDS:g} s (until then a page reads it whole)"
+                        if fresh_page
+                        else ""
+                    )
+                ],
             )
             table.row("LIST requests, all ids", lists)
+            if fresh_page:
+                table.row(f"ms, first page within {SETTLE_SECONDS:g} s of a change", fresh_page)
             table.row("requests per page of 1,000", per_page_requests, "1", [x == 1 for x in per_page_requests])
             table.row("ms per page, all pages", all_pages)
             table.row("ms, first page alone", first_page)
