@@ -525,9 +525,8 @@ class Bench:
         prefix = store.layout.session_prefix(sid)
         names = [info.key.removeprefix(prefix) for info in memory.list(prefix)]  # events are bare seqs
         # segments are "<first>-<last>" (young ones under young/); other names by their first part (manifest, ztree)
-        extra = Counter(
-            "segment" if re.fullmatch(r"(?:segments|young)/\d+-\d+", name) else name.split("/")[0] for name in names if not name.isdigit()
-        )
+        segment = re.compile(r"(?:segments|young)/\d+-\d+")
+        extra = Counter("segment" if segment.fullmatch(name) else name.split("/")[0] for name in names if not name.isdigit())
         others = ", ".join(f"{count:,} {name}" for name, count in sorted(extra.items()))
         self.layout_notes[(kind, n)] = f"{len(names):,} objects ({len(names) - extra.total():,} events, {others})"
         if kind == "evstore-uncompacted" and extra.total() != 1:
