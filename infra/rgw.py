@@ -464,7 +464,7 @@ mon data = {r}/mon/$cluster-$id
 osd data = {r}/osd/$cluster-$id
 osd objectstore = memstore
 # a cap on the RAM the objects may take, not an allocation: benchmarks/resume.py at 100,000 messages
-# holds about 1 GB and overwrites a 110 MB snapshot object dozens of times (see the gc settings below)
+# overwrites a 107 MB snapshot object dozens of times (see the gc settings below), and failed with 2 GiB
 memstore device bytes = 8589934592
 
 [client]
