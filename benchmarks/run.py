@@ -443,7 +443,7 @@ def bench_append(env: Env, cfg: Config, targets: list[Target]) -> Results:
     backend = env.s3store(env.new_bucket("append"))
     store = Store(backend)
     client = backend.client  # the raw baseline uses the very same client (same config, same pool)
-    wire = attach_counter(client)
+    wire = backend.requests  # every request on that client, and the store's direct reads
     session = store.create("append")
     session.append(message(0))
     sample = backend.get(store.layout.event_key("append", 1)).data  # an event's bytes, as evstore writes them
@@ -681,7 +681,7 @@ def bench_replay(env: Env, cfg: Config, targets: list[Target]) -> Results:
 
     backend = env.s3store(env.shared_bucket)
     store = Store(backend)
-    wire = attach_counter(backend.client)
+    wire = backend.requests  # every request on its client, and its direct reads
     workdir = Path(tempfile.mkdtemp(prefix="evstore-bench-"))
     try:
         return {str(n): _replay_one(env, cfg, store, wire, n, workdir, targets) for n in cfg.replay_sizes}

@@ -175,6 +175,7 @@ def test_s3_refuses_by_content_length_without_reading_the_body(
     with mock_aws() if kind == "moto" else contextlib.nullcontext():
         backend = new_bucket(None if kind == "moto" else request.getfixturevalue("moto_endpoint"))
         backend.create("big", b"y" * (1 << 20))
+        backend._direct = None  # botocore's GET here; tests/test_s3_direct.py holds the direct one to the same
         real = backend.client.get_object
         bodies: list[_SpyBody] = []
 

@@ -32,10 +32,12 @@ expected ETag), retries unquoted, and keeps unquoted for the store's lifetime.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 import boto3
 import botocore.exceptions
 import botocore.handlers
+import botocore.httpsession
 import botocore.utils
 from botocore.config import Config
 
@@ -68,6 +71,7 @@ from ._retry import (
     RetryNote,
     backoff_delay,
 )
+from ._s3_direct import DirectReads
 from ._s3_listing import ListedPage, parse_list_body
 
 #: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
@@ -188,6 +192,20 @@ def _before_parse(
     )
 
 
+def _direct_reads_wanted(asked: bool | None) -> bool:
+    """Whether a store that makes its own client sends its reads directly (``_s3_direct``):
+    as asked, else unless ``EVSTORE_DIRECT_READS=0``; never where botocore would use a proxy
+    (any ``*_proxy`` variable but ``no_proxy``), which direct reads do not."""
+    wanted = os.environ.get("EVSTORE_DIRECT_READS", "1").strip() != "0" if asked is None else asked
+    return wanted and not any(scheme != "no" for scheme in urllib.request.getproxies())
+
+
+def _query_of(args: Mapping[str, Any]) -> dict[str, str]:
+    """The query parameters of ``list_objects_v2(**args)``, as ``DirectReads.list_page`` takes them."""
+    names = {"Prefix": "prefix", "MaxKeys": "max-keys", "StartAfter": "start-after", "Delimiter": "delimiter"}
+    return {names[name]: str(value) for name, value in args.items() if name in names}
+
+
 def _code(exc: botocore.exceptions.ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -226,7 +244,9 @@ class S3Store(ObjectStore):
     """``max_attempts`` counts every attempt of a request, the first included; no retry
     starts later than ``retry_deadline`` seconds after the first attempt. A ``client``
     passed in keeps its own botocore retry configuration (evstore retries on top) and its
-    own timestamp parser; the client made here parses timestamps with ``_parse_timestamp``."""
+    own timestamp parser; the client made here parses timestamps with ``_parse_timestamp``.
+    ``direct_reads`` (default: on, unless ``EVSTORE_DIRECT_READS=0``) sends the GETs and LISTs
+    of a store that makes its own client through ``_s3_direct`` once botocore has shown how."""
 
     def __init__(
         self,
@@ -242,6 +262,7 @@ class S3Store(ObjectStore):
         retry_mode: str | None = None,
         on_retry: RetryNote | None = None,
         max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
+        direct_reads: bool | None = None,
     ) -> None:
         self.bucket = bucket
         self.endpoint_url = endpoint_url
@@ -252,6 +273,8 @@ class S3Store(ObjectStore):
         self.retry_deadline = retry_deadline
         self.retry_backoff = retry_backoff
         self.on_retry = on_retry
+        #: GETs and LISTs sent by ``_s3_direct`` once botocore has shown how (None: all botocore's).
+        self._direct: DirectReads | None = None
         if client is None:
             session = boto3.session.Session()
             # botocore makes one attempt (no shared retry quota to drain); its mode still applies,
@@ -272,6 +295,8 @@ class S3Store(ObjectStore):
                 client.meta.events.register_first("before-parse.s3.*", _before_parse)
             else:
                 client.meta.events.register("before-parse.s3.ListObjectsV2", _read_list_body)
+            if _direct_reads_wanted(direct_reads):
+                self._direct = self._make_direct(session, client, connect_timeout, read_timeout, max_pool_connections)
         self.client = client
         #: Requests sent on the wire, by operation name (retries included).
         self.requests: Counter[str] = Counter()
@@ -279,6 +304,31 @@ class S3Store(ObjectStore):
         self.retries: Counter[str] = Counter()
         self.client.meta.events.register("before-send.s3", self._count)
         self._unquoted_if_match = False
+
+    def _make_direct(
+        self, session: Any, client: Any, connect_timeout: float, read_timeout: float, max_connections: int
+    ) -> DirectReads:
+        signer = client._request_signer
+
+        def credentials() -> Any:
+            found = signer._credentials
+            return None if found is None else found.get_frozen_credentials()
+
+        def count(operation: str) -> None:
+            self.requests[operation] += 1
+
+        direct = DirectReads(
+            credentials,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            max_connections=max_connections,
+            ca_bundle=session._session.get_config_variable("ca_bundle") or botocore.httpsession.get_cert_path(True),
+            parse_timestamp=_parse_timestamp,
+            count=count,
+        )
+        client.meta.events.register("before-send.s3.GetObject", lambda request, **_: direct.observe_sent(request))
+        client.meta.events.register("after-call.s3.GetObject", lambda http_response, **_: direct.observe_answered(http_response))
+        return direct
 
     def _count(self, **kwargs: Any) -> None:
         event = str(kwargs.get("event_name", ""))
@@ -411,6 +461,11 @@ class S3Store(ObjectStore):
             raise self._fail(action, key, exc) from None
 
     def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        if self._direct is not None and not self._direct.learning(key):
+            found = self._direct.get(key, max_bytes)
+            if found is not None:
+                return found
+
         def request() -> tuple[dict[str, Any], bytes]:
             # one attempt is the request and its body: a body cut off mid-stream is asked for again
             response = self.client.get_object(Bucket=self.bucket, Key=key)
@@ -439,6 +494,16 @@ class S3Store(ObjectStore):
             args["StartAfter"] = start_after
         if delimiter:
             args["Delimiter"] = delimiter
+        listed = None if self._direct is None else self._direct.list_page(_query_of(args))
+        if listed is None:
+            listed = self._botocore_list(prefix, args)
+        objects, prefixes = listed.objects, listed.prefixes
+        last_key = objects[-1].key if objects else ""
+        # StartAfter a common prefix would list its keys again: skip past all of them
+        last_prefix = prefixes[-1] + "\U0010ffff" if prefixes else ""
+        return ListPage(objects, prefixes, listed.truncated, max(last_key, last_prefix, start_after))
+
+    def _botocore_list(self, prefix: str, args: dict[str, Any]) -> ListedPage:
         try:
             _listing.active = True
             response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args))
@@ -447,20 +512,16 @@ class S3Store(ObjectStore):
         finally:
             _listing.active = False
         listed = response.get(_LISTED)
-        if not isinstance(listed, ListedPage):
-            listed = ListedPage(
-                [
-                    ObjectInfo(item["Key"], int(item["Size"]), str(item.get("ETag", "")), item["LastModified"])
-                    for item in response.get("Contents", [])
-                ],
-                [str(item["Prefix"]) for item in response.get("CommonPrefixes", [])],
-                bool(response.get("IsTruncated")),
-            )
-        objects, prefixes = listed.objects, listed.prefixes
-        last_key = objects[-1].key if objects else ""
-        # StartAfter a common prefix would list its keys again: skip past all of them
-        last_prefix = prefixes[-1] + "\U0010ffff" if prefixes else ""
-        return ListPage(objects, prefixes, listed.truncated, max(last_key, last_prefix, start_after))
+        if isinstance(listed, ListedPage):
+            return listed
+        return ListedPage(
+            [
+                ObjectInfo(item["Key"], int(item["Size"]), str(item.get("ETag", "")), item["LastModified"])
+                for item in response.get("Contents", [])
+            ],
+            [str(item["Prefix"]) for item in response.get("CommonPrefixes", [])],
+            bool(response.get("IsTruncated")),
+        )
 
     def delete_many(self, keys: Iterable[str]) -> int:
         requests = 0
