@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,9 +70,12 @@ AUTH = "AWS4-HMAC-SHA256 Credential=AK/20261205/eu-west-3/s3/aws4_request, Signe
             Target("https", "bkt.s3.eu-west-3.amazonaws.com", "/", "eu-west-3", "s3"),
         ),
         ("https://bkt.s3.amazonaws.com/x/k?versionId=1", "x/k", Target("https", "bkt.s3.amazonaws.com", "/", "eu-west-3", "s3")),
+        # a LIST of the bucket (key None): its path is the bucket's
+        ("http://127.0.0.1:9000/bkt?list-type=2&prefix=a", None, Target("http", "127.0.0.1:9000", "/bkt/", "eu-west-3", "s3")),
+        ("https://bkt.s3.amazonaws.com/?list-type=2", None, Target("https", "bkt.s3.amazonaws.com", "/", "eu-west-3", "s3")),
     ],
 )
-def test_the_target_is_where_botocore_sent_the_key(url: str, key: str, expected: Target) -> None:
+def test_the_target_is_where_botocore_sent_the_key(url: str, key: str | None, expected: Target) -> None:
     assert learn_target(url, key, AUTH) == expected
 
 
@@ -80,6 +87,7 @@ def test_the_target_is_where_botocore_sent_the_key(url: str, key: str, expected:
         ("http://h/bkt/k", "k", "AWS AK:signature"),  # signature version 2
         ("http://h/bkt/k", "k", ""),  # unsigned
         ("ftp://h/bkt/k", "k", AUTH),
+        ("http://h/bkt/k", "k", AUTH.replace("/s3/", "/s3express/")),  # S3 Express signs with session tokens
     ],
 )
 def test_a_request_it_cannot_repeat_teaches_nothing(url: str, key: str, authorization: str) -> None:
@@ -96,6 +104,19 @@ def test_bucket_path_is_the_object_path_without_its_last_slash() -> None:
 KEYS = ["sessions/a/00000000000000000001", "sessions/a/00000000000000000002", "sessions/b c+d/é~!*'()&=?#%/x"]
 
 
+def botocore_sends(store: S3Store) -> Counter[str]:
+    """The GETs and LISTs botocore sends for ``store`` from now on (direct reads are not in it)."""
+    sent: Counter[str] = Counter()
+
+    def count(event_name: str, **_: Any) -> None:
+        sent[event_name.rsplit(".", 1)[-1]] += 1
+
+    store.client.meta.events.register("before-send.s3.GetObject", count)
+    store.client.meta.events.register("before-send.s3.ListObjectsV2", count)
+    store._test_keepalive = count  # type: ignore[attr-defined]
+    return sent
+
+
 @pytest.fixture
 def pair(moto_endpoint: str) -> Iterator[tuple[S3Store, S3Store]]:
     """The same bucket through a store with direct reads (learned) and one without."""
@@ -105,7 +126,22 @@ def pair(moto_endpoint: str) -> Iterator[tuple[S3Store, S3Store]]:
         direct.create(key, os.urandom(100 + index), metadata={"Writer": f"w{index}"} if index == 1 else None)
     direct.get(KEYS[0])  # botocore's GET, which the direct reads learn from
     assert direct._direct is not None and direct._direct.target is not None
+    sent = botocore_sends(direct)
     yield direct, plain
+    if not getattr(direct, "_expect_botocore", False):
+        assert not sent, "a read the test meant to be direct went through botocore"
+
+
+def test_a_list_teaches_as_a_get_does(moto_endpoint: str) -> None:
+    store = new_bucket(moto_endpoint)
+    store.create(KEYS[2], b"v")
+    assert store._direct is not None and store._direct.target is None
+    store.list_page("sessions/")  # botocore's
+    assert store._direct.target is not None
+    sent = botocore_sends(store)
+    assert store.get(KEYS[2]).data == b"v"  # direct: the key's URL is right
+    assert [o.key for o in store.list_page("sessions/").objects] == [KEYS[2]]
+    assert not sent
 
 
 def test_a_direct_get_answers_what_botocore_answers(pair: tuple[S3Store, S3Store]) -> None:
@@ -186,9 +222,7 @@ class _Failing:
         urllib3.exceptions.ProtocolError("connection reset"),
         urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"),  # type: ignore[arg-type]
         (500, b"<Error><Code>InternalError</Code></Error>", {}),
-        (403, b"<Error><Code>AccessDenied</Code></Error>", {}),
         (404, b"<Error><Code>NoSuchBucket</Code></Error>", {}),
-        (301, b"", {"location": "http://elsewhere/"}),
         (200, b"cut short", {"content-length": "100", "etag": '"x"', "last-modified": "Sat, 05 Dec 2026 10:00:00 GMT"}),
         (200, b"no etag", {"content-length": "7", "last-modified": "Sat, 05 Dec 2026 10:00:00 GMT"}),
     ],
@@ -198,9 +232,26 @@ def test_anything_but_a_plain_answer_is_asked_again_of_botocore(pair: tuple[S3St
     assert direct._direct is not None
     failing = _Failing(answer)
     direct._direct._pool = failing  # type: ignore[assignment]
+    direct._expect_botocore = True  # type: ignore[attr-defined]
     assert direct.get(KEYS[2]) == plain.get(KEYS[2])
     assert direct.list_page("sessions/") == plain.list_page("sessions/")
     assert failing.sent == 2  # each tried directly once, then answered by botocore
+
+
+@pytest.mark.parametrize("status", [400, 403, 301, 307])
+def test_a_server_that_refuses_direct_reads_as_sent_gets_botocores_from_then_on(
+    pair: tuple[S3Store, S3Store], status: int
+) -> None:
+    direct, plain = pair
+    assert direct._direct is not None
+    failing = _Failing((status, b"<Error><Code>Refused</Code></Error>", {}))
+    direct._direct._pool = failing  # type: ignore[assignment]
+    direct._expect_botocore = True  # type: ignore[attr-defined]
+    assert direct.get(KEYS[2]) == plain.get(KEYS[2])
+    assert direct.get(KEYS[1]) == plain.get(KEYS[1])
+    assert direct.list_page("sessions/") == plain.list_page("sessions/")
+    assert failing.sent == 1  # the first only
+    assert direct._direct.target is None
 
 
 def test_no_direct_reads_where_a_mock_answers_botocore() -> None:
@@ -228,3 +279,20 @@ def test_direct_reads_are_off_when_asked_behind_a_proxy_or_on_a_client_passed_in
     assert S3Store("b", endpoint_url=moto_endpoint)._direct is None
     monkeypatch.delenv("HTTPS_PROXY")
     assert S3Store("b", endpoint_url=moto_endpoint)._direct is not None
+
+
+def test_the_benchmark_runs_direct_reads_without_a_fallback() -> None:
+    """benchmarks/direct_reads.py, smallest run, against moto's server: both stores measured, the
+    direct reads started, and none of them sent again through botocore."""
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(repo / "benchmarks" / "direct_reads.py"), "--server", "moto", "--objects", "3", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=repo,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")},  # moto of its own
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| GET of 1 KiB |" in done.stdout and "| LIST of 3 keys |" in done.stdout
+    assert "requests sent again through botocore after a direct one: 0" in done.stdout

@@ -326,8 +326,11 @@ class S3Store(ObjectStore):
             parse_timestamp=_parse_timestamp,
             count=count,
         )
-        client.meta.events.register("before-send.s3.GetObject", lambda request, **_: direct.observe_sent(request))
-        client.meta.events.register("after-call.s3.GetObject", lambda http_response, **_: direct.observe_answered(http_response))
+        for operation in ("GetObject", "ListObjectsV2"):
+            client.meta.events.register(f"before-send.s3.{operation}", lambda request, **_: direct.observe_sent(request))
+            client.meta.events.register(
+                f"after-call.s3.{operation}", lambda http_response, **_: direct.observe_answered(http_response)
+            )
         return direct
 
     def _count(self, **kwargs: Any) -> None:
@@ -494,7 +497,8 @@ class S3Store(ObjectStore):
             args["StartAfter"] = start_after
         if delimiter:
             args["Delimiter"] = delimiter
-        listed = None if self._direct is None else self._direct.list_page(_query_of(args))
+        direct = self._direct
+        listed = None if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
         if listed is None:
             listed = self._botocore_list(prefix, args)
         objects, prefixes = listed.objects, listed.prefixes

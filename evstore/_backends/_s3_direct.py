@@ -7,9 +7,9 @@ on one core's worth of GIL, so that difference is most of a short session's resu
 
 What makes it safe to do beside botocore:
 
-* **Nothing is guessed.** ``DirectReads`` stays off until botocore itself has sent one request
-  of the store's own client over the wire (``observe_sent`` and ``observe_answered``, called
-  from botocore's ``before-send`` and ``after-call`` events): the object URL it used (path or
+* **Nothing is guessed.** ``DirectReads`` stays off until botocore itself has sent one GET or
+  LIST of the store's own client over the wire (``observe_sent`` and ``observe_answered``,
+  called from botocore's ``before-send`` and ``after-call`` events): the URL it used (path or
   virtual-hosted style, whatever endpoint rules chose) and the region and service its SigV4
   signature was scoped to are taken from that request. A request that a mock answered (moto's
   in-process mock, botocore's ``Stubber``) never reached urllib3, so it teaches nothing and
@@ -19,7 +19,9 @@ What makes it safe to do beside botocore:
   anything else (another status, a transport error, a body cut short, an unreadable page) is
   ``None``, and ``S3Store`` sends the request again through botocore, whose answer, errors and
   retries are the store's as before. Reads change nothing, so sending one twice is harmless; it
-  costs a request only where the direct one failed.
+  costs a request only where the direct one failed. An answer that says the server refuses the
+  request as sent (400, 403, a redirect) stops direct reads for the store's lifetime, so that
+  a failure that would repeat never costs two requests a read.
 * **Same credentials, same checks.** Each request is signed (SigV4, ``AWS4-HMAC-SHA256``) with
   the credentials botocore resolved for the client, frozen per request, so refreshed role
   credentials and session tokens are used as botocore uses them. HTTPS verifies certificates
@@ -51,6 +53,9 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 #: What a SigV4 ``Authorization`` header botocore sent states: key id, date, region, service.
 _SCOPE = re.compile(r"AWS4-HMAC-SHA256 Credential=[^/,]+/[0-9]{8}/([^/,]+)/([^/,]+)/aws4_request,")
 _NO_SUCH_KEY = b"<Code>NoSuchKey</Code>"
+#: Statuses after which direct reads stop (``DirectReads._check_refused``): bad request, access
+#: denied (a signature, a clock, a policy), and redirects (another region or endpoint).
+_REFUSED = frozenset({301, 302, 307, 308, 400, 403})
 
 
 class Target(msgspec.Struct, frozen=True):
@@ -75,18 +80,23 @@ def quote_key(key: str) -> str:
     return urllib.parse.quote(key, safe="/~")
 
 
-def learn_target(url: str, key: str, authorization: str) -> Target | None:
-    """The ``Target`` of an object request botocore sent for ``key`` to ``url`` with
-    ``authorization``, or None when it is not one this module can repeat (no SigV4 header,
-    a URL that does not end in the key). Pure."""
+def learn_target(url: str, key: str | None, authorization: str) -> Target | None:
+    """The ``Target`` of a request botocore sent to ``url`` with ``authorization``: a GET of
+    ``key``, or with ``key`` None a LIST of the bucket (whose path, ``/`` added, is where
+    object keys go). None when it is not one this module can repeat (no SigV4 header, a
+    service other than ``s3`` such as S3 Express's session auth, a URL that does not end in
+    the key). Pure."""
     scope = _SCOPE.match(authorization)
     parts = urllib.parse.urlsplit(url)
-    quoted = quote_key(key)
-    if scope is None or parts.scheme not in ("http", "https") or not parts.netloc or not parts.path.endswith(quoted):
+    if scope is None or scope[2] != "s3" or parts.scheme not in ("http", "https") or not parts.netloc:
         return None
-    path = parts.path[: len(parts.path) - len(quoted)]
-    if not path.endswith("/"):
-        return None
+    if key is None:
+        path = parts.path if parts.path.endswith("/") else f"{parts.path}/"
+    else:
+        quoted = quote_key(key)
+        path = parts.path[: len(parts.path) - len(quoted)]
+        if not parts.path.endswith(quoted) or not path.endswith("/"):
+            return None
     return Target(parts.scheme, parts.netloc, path, scope[1], scope[2])
 
 
@@ -160,6 +170,7 @@ class DirectReads:
         self._parse_timestamp = parse_timestamp
         self._count = count
         self._target: Target | None = None
+        self._refused = False  # the server refused a direct read as sent: botocore's from then on
         self._sent = threading.local()  # the URL and key botocore is sending on this thread
 
     @property
@@ -169,28 +180,29 @@ class DirectReads:
 
     # ---- learning from botocore ---------------------------------------------------
 
-    def learning(self, key: str) -> bool:
+    def learning(self, key: str | None) -> bool:
         """Whether the direct reads still wait for a request to learn from; if so, botocore's
-        next request on this thread is one for ``key`` (``observe_sent`` pairs the two)."""
+        next request on this thread is a GET of ``key`` (None: a LIST of the bucket), which
+        ``observe_sent`` pairs with it."""
         if self._target is not None:
             return False
-        self._sent.key = key
+        if not self._refused:
+            self._sent.waiting, self._sent.key = True, key
         return True
 
     def observe_sent(self, request: Any) -> None:
         """botocore's ``before-send``: it is about to send ``request`` on this thread."""
-        key = getattr(self._sent, "key", None)
-        if self._target is None and key is not None:
+        if self._target is None and getattr(self._sent, "waiting", False):
             authorization = request.headers.get("Authorization", "")
             if isinstance(authorization, bytes):
                 authorization = authorization.decode("ascii", "replace")
-            self._sent.seen = (str(request.url), key, str(authorization))
+            self._sent.seen = (str(request.url), self._sent.key, str(authorization))
 
     def observe_answered(self, http_response: Any) -> None:
         """botocore's ``after-call``: the request on this thread was answered; learn from it if
         urllib3 carried it (a mock's answer teaches nothing)."""
         seen = getattr(self._sent, "seen", None)
-        self._sent.seen = self._sent.key = None
+        self._sent.seen, self._sent.waiting = None, False
         over_the_wire = isinstance(getattr(http_response, "raw", None), urllib3.HTTPResponse)
         if self._target is None and seen is not None and over_the_wire and http_response.status_code in (200, 404):
             self._target = learn_target(*seen)
@@ -224,6 +236,14 @@ class DirectReads:
         except (urllib3.exceptions.HTTPError, OSError):
             return None
 
+    def _check_refused(self, status: int) -> None:
+        """After an answer that says the request was not one the server takes as sent (a
+        signature or a request it refuses, a redirect elsewhere), every read goes through
+        botocore: a failure that would repeat must not cost two requests a read."""
+        if status in _REFUSED:
+            self._refused = True
+            self._target = None
+
     def get(self, key: str, max_bytes: int | None) -> StoredObject | None:
         """The object, or None where botocore should answer. Raises ``ObjectMissing`` on a
         404 ``NoSuchKey`` and the ``too_large`` error on a larger ``Content-Length``."""
@@ -234,6 +254,7 @@ class DirectReads:
         if response is None:
             return None
         self._count("GetObject")
+        self._check_refused(response.status)
         keep = True  # the connection goes back to the pool once the rest of the answer is read
         try:
             headers = response.headers
@@ -273,6 +294,7 @@ class DirectReads:
         if response is None:
             return None
         self._count("ListObjectsV2")
+        self._check_refused(response.status)
         if response.status != 200:
             return None
         try:
