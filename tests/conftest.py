@@ -78,13 +78,15 @@ def moto_endpoint() -> Iterator[str]:
     server.stop()
 
 
-def new_bucket(endpoint: str | None) -> S3Store:
+def new_bucket(endpoint: str | None, *, direct_requests: bool | None = None) -> S3Store:
+    """A store over a new bucket. ``direct_requests=False`` for tests that inject faults through
+    botocore's events, which direct requests do not pass through."""
     import boto3
 
     name = f"evs-{uuid.uuid4().hex[:12]}"
     client = boto3.client("s3", endpoint_url=endpoint)
     client.create_bucket(Bucket=name)
-    return S3Store(name, endpoint_url=endpoint, max_attempts=3, read_timeout=10)
+    return S3Store(name, endpoint_url=endpoint, max_attempts=3, read_timeout=10, direct_requests=direct_requests)
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ class LoseFirstResponse:
 
 
 def _store_with_hook(moto_endpoint: str, hook: LoseFirstResponse) -> Store:
-    backend = new_bucket(moto_endpoint)
+    backend = new_bucket(moto_endpoint, direct_requests=False)  # botocore's PUTs (tests/test_s3_direct.py: the direct ones)
     backend.client.meta.events.register("before-send.s3.PutObject", hook)
     return Store(backend, root="r")
 

@@ -25,6 +25,7 @@ from typing import Any
 import boto3
 import botocore.exceptions
 import pytest
+import urllib3
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.httpsession import URLLib3Session
 
@@ -326,7 +327,7 @@ class LoseFirstAnswers:
 def test_appends_stay_exactly_once_when_sustained_faults_would_drain_botocores_retry_quota(moto_endpoint: str) -> None:
     bucket = f"evs-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
-    backend = S3Store(bucket, endpoint_url=moto_endpoint, retry_backoff=0.001, read_timeout=10)
+    backend = S3Store(bucket, endpoint_url=moto_endpoint, retry_backoff=0.001, read_timeout=10, direct_requests=False)
     hook = LoseFirstAnswers()
     backend.client.meta.events.register_first("before-send.s3.PutObject", hook)
     store = Store(backend, root="root")
@@ -350,3 +351,41 @@ def test_a_refusal_is_not_retried(moto_endpoint: str) -> None:
         backend.get("root/sessions/x/manifest")
     assert sum(backend.requests.values()) == 1
     assert not backend.retries
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out."),  # type: ignore[arg-type]
+        urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead"),
+    ],
+)
+def test_urllib3s_own_errors_out_of_botocore_are_retried_and_reported_as_botocores(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, raw: Exception
+) -> None:
+    """botocore reads an error answer's body outside its mapping of urllib3's errors, so a slow or
+    cut-off body there comes out raw (seen in the stress suite): retried as any transport failure,
+    and when it lasts, the store's one-line StoreUnavailableError, never urllib3's exception."""
+    bucket = f"evs-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
+    backend = S3Store(bucket, endpoint_url=moto_endpoint, retry_backoff=0.001, max_attempts=3, direct_requests=False)
+    backend.create("k", b"v")
+    real = backend.client.get_object
+    failures = [raw]
+
+    def flaky(**kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(**kwargs)
+
+    monkeypatch.setattr(backend.client, "get_object", flaky)
+    assert backend.get("k").data == b"v"
+    assert backend.retries["error"] == 1
+
+    def failing(**kwargs: Any) -> Any:
+        raise raw
+
+    monkeypatch.setattr(backend.client, "get_object", failing)
+    with pytest.raises(StoreUnavailableError, match="after 3 attempts") as caught:
+        backend.get("k")
+    assert "\n" not in str(caught.value)

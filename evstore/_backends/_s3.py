@@ -47,6 +47,7 @@ import botocore.exceptions
 import botocore.handlers
 import botocore.httpsession
 import botocore.utils
+import urllib3
 from botocore.config import Config
 
 from .._errors import StoreUnavailableError
@@ -71,7 +72,7 @@ from ._retry import (
     RetryNote,
     backoff_delay,
 )
-from ._s3_direct import DirectReads
+from ._s3_direct import NOT_SENT, DirectRequests, Unanswered
 from ._s3_listing import ListedPage, parse_list_body
 
 #: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
@@ -192,16 +193,26 @@ def _before_parse(
     )
 
 
-def _direct_reads_wanted(asked: bool | None) -> bool:
-    """Whether a store that makes its own client sends its reads directly (``_s3_direct``):
-    as asked, else unless ``EVSTORE_DIRECT_READS=0``; never where botocore would use a proxy
-    (any ``*_proxy`` variable but ``no_proxy``), which direct reads do not."""
-    wanted = os.environ.get("EVSTORE_DIRECT_READS", "1").strip() != "0" if asked is None else asked
+def _as_botocore_error(raw: urllib3.exceptions.HTTPError) -> botocore.exceptions.HTTPClientError:
+    """botocore's error for a transport failure that came out of botocore as urllib3's own: it
+    reads the body of an error answer outside its mapping of urllib3's errors (its
+    ``convert_to_response_dict``), so a 404's or a 500's body that times out or is cut off there
+    reaches the caller raw. As botocore's, it is retried and reported as any other."""
+    if isinstance(raw, urllib3.exceptions.ReadTimeoutError):
+        return botocore.exceptions.ReadTimeoutError(endpoint_url=str(raw.url or ""), error=raw)
+    return botocore.exceptions.ResponseStreamingError(error=raw)
+
+
+def _direct_requests_wanted(asked: bool | None) -> bool:
+    """Whether a store that makes its own client sends requests directly (``_s3_direct``):
+    as asked, else unless ``EVSTORE_DIRECT_REQUESTS=0``; never where botocore would use a proxy
+    (any ``*_proxy`` variable but ``no_proxy``), which direct requests do not."""
+    wanted = os.environ.get("EVSTORE_DIRECT_REQUESTS", "1").strip() != "0" if asked is None else asked
     return wanted and not any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 def _query_of(args: Mapping[str, Any]) -> dict[str, str]:
-    """The query parameters of ``list_objects_v2(**args)``, as ``DirectReads.list_page`` takes them."""
+    """The query parameters of ``list_objects_v2(**args)``, as ``DirectRequests.list_page`` takes them."""
     names = {"Prefix": "prefix", "MaxKeys": "max-keys", "StartAfter": "start-after", "Delimiter": "delimiter"}
     return {names[name]: str(value) for name, value in args.items() if name in names}
 
@@ -245,8 +256,9 @@ class S3Store(ObjectStore):
     starts later than ``retry_deadline`` seconds after the first attempt. A ``client``
     passed in keeps its own botocore retry configuration (evstore retries on top) and its
     own timestamp parser; the client made here parses timestamps with ``_parse_timestamp``.
-    ``direct_reads`` (default: on, unless ``EVSTORE_DIRECT_READS=0``) sends the GETs and LISTs
-    of a store that makes its own client through ``_s3_direct`` once botocore has shown how."""
+    ``direct_requests`` (default: on, unless ``EVSTORE_DIRECT_REQUESTS=0``) sends the GETs, LISTs
+    and creates of a store that makes its own client through ``_s3_direct`` once botocore has
+    shown how."""
 
     def __init__(
         self,
@@ -262,7 +274,7 @@ class S3Store(ObjectStore):
         retry_mode: str | None = None,
         on_retry: RetryNote | None = None,
         max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
-        direct_reads: bool | None = None,
+        direct_requests: bool | None = None,
     ) -> None:
         self.bucket = bucket
         self.endpoint_url = endpoint_url
@@ -273,8 +285,8 @@ class S3Store(ObjectStore):
         self.retry_deadline = retry_deadline
         self.retry_backoff = retry_backoff
         self.on_retry = on_retry
-        #: GETs and LISTs sent by ``_s3_direct`` once botocore has shown how (None: all botocore's).
-        self._direct: DirectReads | None = None
+        #: GETs, LISTs and creates sent by ``_s3_direct`` once botocore has shown how (None: all botocore's).
+        self._direct: DirectRequests | None = None
         if client is None:
             session = boto3.session.Session()
             # botocore makes one attempt (no shared retry quota to drain); its mode still applies,
@@ -295,7 +307,7 @@ class S3Store(ObjectStore):
                 client.meta.events.register_first("before-parse.s3.*", _before_parse)
             else:
                 client.meta.events.register("before-parse.s3.ListObjectsV2", _read_list_body)
-            if _direct_reads_wanted(direct_reads):
+            if _direct_requests_wanted(direct_requests):
                 self._direct = self._make_direct(session, client, connect_timeout, read_timeout, max_pool_connections)
         self.client = client
         #: Requests sent on the wire, by operation name (retries included).
@@ -307,7 +319,7 @@ class S3Store(ObjectStore):
 
     def _make_direct(
         self, session: Any, client: Any, connect_timeout: float, read_timeout: float, max_connections: int
-    ) -> DirectReads:
+    ) -> DirectRequests:
         signer = client._request_signer
 
         def credentials() -> Any:
@@ -317,7 +329,7 @@ class S3Store(ObjectStore):
         def count(operation: str) -> None:
             self.requests[operation] += 1
 
-        direct = DirectReads(
+        direct = DirectRequests(
             credentials,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
@@ -333,19 +345,41 @@ class S3Store(ObjectStore):
             )
         return direct
 
+    def _after_direct(self, unanswered: Unanswered) -> int:
+        """The attempt botocore's request is, after a direct one that ``unanswered`` says did not
+        answer: the second when the direct one was an attempt that failed transiently (so that
+        ``max_attempts`` counts both), else the first; always at least one of botocore's."""
+        return 2 if unanswered.transient and self.max_attempts >= 2 else 1
+
     def _count(self, **kwargs: Any) -> None:
         event = str(kwargs.get("event_name", ""))
         self.requests[event.rsplit(".", 1)[-1]] += 1
 
-    def _retrying(self, action: str, key: str, request: Callable[[], T], *, conditional: bool = False) -> T:
+    def _retrying(
+        self, action: str, key: str, request: Callable[[], T], *, conditional: bool = False, first_attempt: int = 1
+    ) -> T:
         """Run ``request``, repeating it while it fails transiently, within the attempts and the
         deadline. A failure that repeating cannot fix is raised as it is (the caller maps it);
-        a transient one that outlasts the bounds raises ``StoreUnavailableError``."""
+        a transient one that outlasts the bounds raises ``StoreUnavailableError``.
+        ``first_attempt`` 2: the request's first attempt was a direct one that failed
+        transiently (``_after_direct``), so this is its retry, after the backoff a retry waits."""
         started = time.monotonic()
-        attempt = 1
+        attempt = first_attempt
+        if attempt > 1:
+            delay = backoff_delay(attempt - 1, base=self.retry_backoff, throttled=False)
+            self.retries["error"] += 1
+            if self.on_retry is not None:
+                self.on_retry(
+                    f"{action} {key!r}: the direct request failed; retrying through botocore in {delay:.1f} s "
+                    f"(attempt {attempt} of {self.max_attempts})"
+                )
+            time.sleep(delay)
         while True:
             try:
-                return request()
+                try:
+                    return request()
+                except urllib3.exceptions.HTTPError as raw:
+                    raise _as_botocore_error(raw) from raw
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 kind = transient_kind(exc, conditional=conditional)
                 if kind is None:
@@ -400,7 +434,14 @@ class S3Store(ObjectStore):
         return StoreUnavailableError(f"{action} {key!r} failed: {self._reason(exc)}{tries} ({self.location}){hint}")
 
     def _put(
-        self, key: str, data: bytes, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None, **condition: str
+        self,
+        key: str,
+        data: bytes,
+        metadata: Mapping[str, str] | None,
+        tags: Mapping[str, str] | None,
+        *,
+        first_attempt: int = 1,
+        **condition: str,
     ) -> str:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Body": data, **condition}
         if metadata:
@@ -408,7 +449,10 @@ class S3Store(ObjectStore):
         if tags:
             args["Tagging"] = urllib.parse.urlencode(dict(tags))
         try:
-            return str(self._retrying("put", key, lambda: self.client.put_object(**args), conditional=bool(condition))["ETag"])
+            put = self._retrying(
+                "put", key, lambda: self.client.put_object(**args), conditional=bool(condition), first_attempt=first_attempt
+            )
+            return str(put["ETag"])
         except botocore.exceptions.ClientError as exc:
             if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
                 raise PreconditionFailed(key) from None
@@ -421,8 +465,14 @@ class S3Store(ObjectStore):
     def create(
         self, key: str, data: bytes, *, metadata: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None
     ) -> str:
+        first_attempt = 1
+        if self._direct is not None:
+            made = self._direct.create(key, data, metadata, tags)
+            if not isinstance(made, Unanswered):
+                return made
+            first_attempt = self._after_direct(made)
         try:
-            return self._put(key, data, metadata, tags, IfNoneMatch="*")
+            return self._put(key, data, metadata, tags, first_attempt=first_attempt, IfNoneMatch="*")
         except PreconditionFailed:
             raise ObjectExists(key) from None
 
@@ -451,11 +501,11 @@ class S3Store(ObjectStore):
         self._unquoted_if_match = True
         return self._put(key, data, metadata, tags, IfMatch=quoted.strip('"'))
 
-    def _call(self, action: str, key: str, request: Callable[[], T]) -> T:
+    def _call(self, action: str, key: str, request: Callable[[], T], *, first_attempt: int = 1) -> T:
         """Run one request (retried while transient); a missing key raises ``ObjectMissing``,
         any other failure ``StoreUnavailableError``."""
         try:
-            return self._retrying(action, key, request)
+            return self._retrying(action, key, request, first_attempt=first_attempt)
         except botocore.exceptions.ClientError as exc:
             if _code(exc) in _MISSING:
                 raise ObjectMissing(key) from None
@@ -464,10 +514,12 @@ class S3Store(ObjectStore):
             raise self._fail(action, key, exc) from None
 
     def get(self, key: str, *, max_bytes: int | None = None) -> StoredObject:
+        first_attempt = 1
         if self._direct is not None and not self._direct.learning(key):
             found = self._direct.get(key, max_bytes)
-            if found is not None:
+            if not isinstance(found, Unanswered):
                 return found
+            first_attempt = self._after_direct(found)
 
         def request() -> tuple[dict[str, Any], bytes]:
             # one attempt is the request and its body: a body cut off mid-stream is asked for again
@@ -478,7 +530,7 @@ class S3Store(ObjectStore):
                 raise too_large(key, size, max_bytes)
             return response, response["Body"].read()
 
-        response, data = self._call("get", key, request)
+        response, data = self._call("get", key, request, first_attempt=first_attempt)
         return StoredObject(key, data, str(response["ETag"]), response["LastModified"], dict(response.get("Metadata", {})))
 
     def head(self, key: str) -> ObjectInfo:
@@ -498,19 +550,19 @@ class S3Store(ObjectStore):
         if delimiter:
             args["Delimiter"] = delimiter
         direct = self._direct
-        listed = None if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
-        if listed is None:
-            listed = self._botocore_list(prefix, args)
+        listed = NOT_SENT if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
+        if isinstance(listed, Unanswered):
+            listed = self._botocore_list(prefix, args, first_attempt=self._after_direct(listed))
         objects, prefixes = listed.objects, listed.prefixes
         last_key = objects[-1].key if objects else ""
         # StartAfter a common prefix would list its keys again: skip past all of them
         last_prefix = prefixes[-1] + "\U0010ffff" if prefixes else ""
         return ListPage(objects, prefixes, listed.truncated, max(last_key, last_prefix, start_after))
 
-    def _botocore_list(self, prefix: str, args: dict[str, Any]) -> ListedPage:
+    def _botocore_list(self, prefix: str, args: dict[str, Any], *, first_attempt: int = 1) -> ListedPage:
         try:
             _listing.active = True
-            response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args))
+            response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args), first_attempt=first_attempt)
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from None
         finally:
@@ -640,3 +692,5 @@ class S3Store(ObjectStore):
 
     def close(self) -> None:
         self.client.close()
+        if self._direct is not None:
+            self._direct.close()

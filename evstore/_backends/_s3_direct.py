@@ -1,38 +1,46 @@
-"""GETs and LISTs sent straight through urllib3, signed here, for ``S3Store``'s reads.
+"""GETs, LISTs and conditional creates sent straight through urllib3, signed here, for ``S3Store``.
 
-botocore spends about 1.8 ms of CPU on a small GetObject on this kind of machine (its event
-hooks, endpoint rules, header dicts, response parsing); the same request signed here and sent
-on a urllib3 pool spends about 0.8 ms. A resume is a handful to a few hundred such reads, all
-on one core's worth of GIL, so that difference is most of a short session's resume CPU.
+botocore spends about 1 to 2 ms of CPU on a small GetObject or PutObject (its event hooks,
+endpoint rules, header dicts, response parsing); the same request signed here and sent on a
+urllib3 pool spends a third of that (``benchmarks/direct_requests.py``). A resume is a handful
+to a few hundred reads and an append is one create, all on one core's worth of GIL, so that
+difference is most of a short session's resume CPU and most of an append's.
 
 What makes it safe to do beside botocore:
 
-* **Nothing is guessed.** ``DirectReads`` stays off until botocore itself has sent one GET or
+* **Nothing is guessed.** ``DirectRequests`` stays off until botocore itself has sent one GET or
   LIST of the store's own client over the wire (``observe_sent`` and ``observe_answered``,
   called from botocore's ``before-send`` and ``after-call`` events): the URL it used (path or
   virtual-hosted style, whatever endpoint rules chose) and the region and service its SigV4
   signature was scoped to are taken from that request. A request that a mock answered (moto's
   in-process mock, botocore's ``Stubber``) never reached urllib3, so it teaches nothing and
-  every read keeps going through botocore.
-* **Only the plain answers are read here.** A 200 (a GET's body, a LIST body that
-  ``parse_list_body`` reads whole) and a GET's 404 ``NoSuchKey`` are answered from here;
-  anything else (another status, a transport error, a body cut short, an unreadable page) is
-  ``None``, and ``S3Store`` sends the request again through botocore, whose answer, errors and
-  retries are the store's as before. Reads change nothing, so sending one twice is harmless; it
-  costs a request only where the direct one failed. An answer that says the server refuses the
-  request as sent (400, 403, a redirect) stops direct reads for the store's lifetime, so that
-  a failure that would repeat never costs two requests a read.
+  every request keeps going through botocore.
+* **Only the plain answers are taken here.** A GET's 200 (a body of the announced length) and
+  404 ``NoSuchKey``, a LIST's 200 with a body ``parse_list_body`` reads whole, a create's 200
+  (its ETag) and 412 (the key is taken); anything else (another status, a transport error, a
+  body cut short) is ``None``, and ``S3Store`` sends the request again through botocore, whose
+  answer, errors and retries are the store's as before. That is safe because every request
+  here is safe to repeat: reads change nothing, and a create is conditional (``If-None-Match:
+  *``), so one whose answer was lost after the server stored it meets 412 when botocore sends
+  it again, and the caller reads the key back, as after any retried create (the module
+  docstring of ``_s3``). It costs a request only where the direct one failed. An answer that
+  says the server refuses the request as sent (400, 403, a redirect), a TLS failure, or three
+  transport failures in a row stop direct requests for the store's lifetime, so that a failure
+  that would repeat never costs two requests each.
 * **Same credentials, same checks.** Each request is signed (SigV4, ``AWS4-HMAC-SHA256``) with
   the credentials botocore resolved for the client, frozen per request, so refreshed role
-  credentials and session tokens are used as botocore uses them. HTTPS verifies certificates
-  with botocore's CA bundle (or ``AWS_CA_BUNDLE``). Where botocore would go through a proxy
-  (any ``*_proxy`` variable set) or the client is not the store's own, direct reads stay off.
+  credentials and session tokens are used as botocore uses them. A create sends its
+  ``Content-MD5`` and signs its payload's SHA-256, so the server refuses bytes changed on the
+  way. HTTPS verifies certificates with botocore's CA bundle (or ``AWS_CA_BUNDLE``). Where
+  botocore would go through a proxy (any ``*_proxy`` variable set) or the client is not the
+  store's own, direct requests stay off.
 
-Writes always go through botocore: only reads, which are safe to repeat, take this path.
+Replacing an object (``If-Match``), HEAD, deletes, tags and lifecycle always go through botocore.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
 import hmac
@@ -45,17 +53,42 @@ from typing import Any
 import msgspec
 import urllib3
 
-from ._base import ObjectMissing, StoredObject, too_large
+from ._base import ObjectExists, ObjectMissing, StoredObject, too_large
 from ._s3_listing import ListedPage, parse_list_body
 
-#: SHA-256 of an empty payload: every request sent here has no body.
+#: SHA-256 of an empty payload (a GET's, a LIST's).
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 #: What a SigV4 ``Authorization`` header botocore sent states: key id, date, region, service.
 _SCOPE = re.compile(r"AWS4-HMAC-SHA256 Credential=[^/,]+/[0-9]{8}/([^/,]+)/([^/,]+)/aws4_request,")
 _NO_SUCH_KEY = b"<Code>NoSuchKey</Code>"
-#: Statuses after which direct reads stop (``DirectReads._check_refused``): bad request, access
-#: denied (a signature, a clock, a policy), and redirects (another region or endpoint).
+#: A header name or value sent as it is: printable ASCII, no leading or trailing space.
+_PLAIN_HEADER = re.compile(r"[!-~](?:[ -~]*[!-~])?")
+#: Statuses after which direct requests stop (``DirectRequests._check_refused``): bad request,
+#: access denied (a signature, a clock, a policy), and redirects (another region or endpoint).
 _REFUSED = frozenset({301, 302, 307, 308, 400, 403})
+#: Transport failures in a row (connection refused or reset, a timeout) after which direct
+#: requests stop: one is a blip that botocore's retry absorbs, several mean this pool cannot
+#: reach the server the way botocore does.
+_FAILURES_TO_STOP = 3
+
+
+class Unanswered(msgspec.Struct, frozen=True):
+    """Why a direct request gives no answer to take, so that botocore sends it: ``sent`` when it
+    went out (and counts as the request's first attempt when ``transient``: a transport failure,
+    a 5xx, 409 or 429, a body cut short, which a retry may fix); else botocore's own reading of
+    the answer is wanted (another status, a body this module does not read) and its attempts
+    are its own."""
+
+    sent: bool
+    transient: bool
+
+
+#: Nothing went out (no target yet, no credentials, a header this module does not send).
+NOT_SENT = Unanswered(sent=False, transient=False)
+#: It failed in a way a retry may fix: the first of the request's attempts.
+FAILED = Unanswered(sent=True, transient=True)
+#: An answer for botocore to read, or a failure that would repeat: not an attempt to count.
+REFUSED = Unanswered(sent=True, transient=False)
 
 
 class Target(msgspec.Struct, frozen=True):
@@ -143,10 +176,10 @@ def sign_v4(
     return f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
 
 
-class DirectReads:
-    """The direct GET and LIST of one ``S3Store``. Each method answers what it can read here
-    and returns None for everything else (the caller then asks botocore): see the module's
-    docstring. ``count`` is called with the operation's name for each request sent."""
+class DirectRequests:
+    """The direct GET, LIST and create of one ``S3Store``. Each method answers what it can take
+    here and returns None for everything else (the caller then asks botocore): see the
+    module's docstring. ``count`` is called with the operation's name for each request sent."""
 
     def __init__(
         self,
@@ -170,18 +203,23 @@ class DirectReads:
         self._parse_timestamp = parse_timestamp
         self._count = count
         self._target: Target | None = None
-        self._refused = False  # the server refused a direct read as sent: botocore's from then on
+        self._refused = False  # direct requests stopped (``_stop``): botocore's from then on
+        self._failures = 0  # transport failures in a row
         self._sent = threading.local()  # the URL and key botocore is sending on this thread
 
     @property
     def target(self) -> Target | None:
-        """Where direct reads go, once learned; None until then."""
+        """Where direct requests go, once learned; None until then."""
         return self._target
+
+    def close(self) -> None:
+        """Close the pool's connections (a request after this opens new ones)."""
+        self._pool.clear()
 
     # ---- learning from botocore ---------------------------------------------------
 
     def learning(self, key: str | None) -> bool:
-        """Whether the direct reads still wait for a request to learn from; if so, botocore's
+        """Whether direct requests still wait for a request to learn from; if so, botocore's
         next request on this thread is a GET of ``key`` (None: a LIST of the bucket), which
         ``observe_sent`` pairs with it."""
         if self._target is not None:
@@ -209,16 +247,30 @@ class DirectReads:
 
     # ---- requests ----------------------------------------------------------------
 
-    def _send(self, target: Target, path: str, query: str, *, preload: bool) -> urllib3.BaseHTTPResponse | None:
+    def _send(
+        self,
+        target: Target,
+        path: str,
+        query: str = "",
+        *,
+        method: str = "GET",
+        body: bytes = b"",
+        extra: Mapping[str, str] | None = None,
+        preload: bool = True,
+    ) -> urllib3.BaseHTTPResponse | Unanswered:
+        """Sign and send one request: its answer, ``NOT_SENT`` when there are no credentials to
+        sign with, ``FAILED`` when it failed on the way (counted toward ``_FAILURES_TO_STOP``).
+        ``extra`` headers are signed too."""
         frozen = self._credentials()
         if frozen is None or not frozen.access_key or not frozen.secret_key:
-            return None
+            return NOT_SENT
         amz_date = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        headers = {"host": target.host, "x-amz-content-sha256": EMPTY_SHA256, "x-amz-date": amz_date}
+        payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
+        headers = {"host": target.host, "x-amz-content-sha256": payload, "x-amz-date": amz_date, **(extra or {})}
         if frozen.token:
             headers["x-amz-security-token"] = frozen.token
         headers["authorization"] = sign_v4(
-            "GET",
+            method,
             path,
             query,
             headers,
@@ -227,55 +279,81 @@ class DirectReads:
             region=target.region,
             service=target.service,
             amz_date=amz_date,
+            payload_sha256=payload,
         )
         url = f"{target.scheme}://{target.host}{path}" + (f"?{query}" if query else "")
         try:
-            return self._pool.request(
-                "GET", url, headers=headers, preload_content=preload, decode_content=False, redirect=False
+            response = self._pool.request(
+                method,
+                url,
+                body=body if method == "PUT" else None,
+                headers=headers,
+                preload_content=preload,
+                decode_content=False,
+                redirect=False,
             )
-        except (urllib3.exceptions.HTTPError, OSError):
-            return None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            # a TLS failure would repeat (a certificate this pool does not trust, a client certificate
+            # botocore sends): stop at once; other transport failures after a few in a row
+            self._failures += 1
+            if isinstance(exc, urllib3.exceptions.SSLError):
+                self._stop()
+                return REFUSED  # botocore's TLS fails too, or works: either way its answer is wanted
+            if self._failures >= _FAILURES_TO_STOP:
+                self._stop()
+            return FAILED
+        self._failures = 0
+        return response
 
-    def _check_refused(self, status: int) -> None:
-        """After an answer that says the request was not one the server takes as sent (a
-        signature or a request it refuses, a redirect elsewhere), every read goes through
-        botocore: a failure that would repeat must not cost two requests a read."""
+    def _unanswered(self, status: int) -> Unanswered:
+        """What an answer of ``status`` that is not taken here leaves to botocore. After one that
+        says the request was not one the server takes as sent (a signature or a request it
+        refuses, a redirect elsewhere) direct requests stop, so that a failure that would repeat
+        never costs two requests each."""
         if status in _REFUSED:
-            self._refused = True
-            self._target = None
+            self._stop()
+        return FAILED if status >= 500 or status in (409, 429) else REFUSED
 
-    def get(self, key: str, max_bytes: int | None) -> StoredObject | None:
-        """The object, or None where botocore should answer. Raises ``ObjectMissing`` on a
-        404 ``NoSuchKey`` and the ``too_large`` error on a larger ``Content-Length``."""
+    def _stop(self) -> None:
+        """Direct requests end for this store: botocore's from now on."""
+        self._refused = True
+        self._target = None
+
+    def get(self, key: str, max_bytes: int | None) -> StoredObject | Unanswered:
+        """The object, or why botocore should answer. Raises ``ObjectMissing`` on a 404
+        ``NoSuchKey`` and the ``too_large`` error on a larger ``Content-Length``."""
         target = self._target
         if target is None:
-            return None
-        response = self._send(target, target.path + quote_key(key), "", preload=False)
-        if response is None:
-            return None
+            return NOT_SENT
+        response = self._send(target, target.path + quote_key(key), preload=False)
+        if isinstance(response, Unanswered):
+            return response
         self._count("GetObject")
-        self._check_refused(response.status)
         keep = True  # the connection goes back to the pool once the rest of the answer is read
         try:
             headers = response.headers
             if response.status == 404:
                 if _NO_SUCH_KEY in response.read():
                     raise ObjectMissing(key)
-                return None
+                return REFUSED
             if response.status != 200:
-                return None
+                return self._unanswered(response.status)
             size = int(headers.get("content-length", "-1"))
             if max_bytes is not None and size > max_bytes:  # refused by its header, the body unread
                 keep = False
                 raise too_large(key, size, max_bytes)
             data = response.read()
-            if size != len(data) or "etag" not in headers or "last-modified" not in headers:
-                return None
+            if size != len(data):
+                return FAILED  # cut short
+            if "etag" not in headers or "last-modified" not in headers:
+                return REFUSED
             metadata = {name[11:]: value for name, value in headers.items() if name.lower().startswith("x-amz-meta-")}
             return StoredObject(key, data, headers["etag"], self._parse_timestamp(headers["last-modified"]), metadata)
-        except (urllib3.exceptions.HTTPError, OSError, ValueError):
+        except (urllib3.exceptions.HTTPError, OSError):
             keep = False
-            return None
+            return FAILED  # the body was cut off or timed out
+        except ValueError:
+            return REFUSED  # a Content-Length or Last-Modified this module does not read
         finally:
             if keep:
                 response.drain_conn()
@@ -283,21 +361,52 @@ class DirectReads:
             else:
                 response.close()
 
-    def list_page(self, params: Mapping[str, str]) -> ListedPage | None:
+    def list_page(self, params: Mapping[str, str]) -> ListedPage | Unanswered:
         """One ListObjectsV2 page of ``params`` (``prefix``, ``max-keys``, ...; ``list-type`` and
-        ``encoding-type`` are added), or None where botocore should answer."""
+        ``encoding-type`` are added), or why botocore should answer."""
         target = self._target
         if target is None:
-            return None
+            return NOT_SENT
         query = canonical_query({**params, "list-type": "2", "encoding-type": "url"})
-        response = self._send(target, target.bucket_path(), query, preload=True)
-        if response is None:
-            return None
+        response = self._send(target, target.bucket_path(), query)
+        if isinstance(response, Unanswered):
+            return response
         self._count("ListObjectsV2")
-        self._check_refused(response.status)
         if response.status != 200:
-            return None
+            return self._unanswered(response.status)
         try:
-            return parse_list_body(response.data, self._parse_timestamp)
+            page = parse_list_body(response.data, self._parse_timestamp)
         except ValueError:
-            return None
+            page = None
+        return REFUSED if page is None else page
+
+    def create(
+        self, key: str, data: bytes, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None
+    ) -> str | Unanswered:
+        """``PUT`` with ``If-None-Match: *``: the new object's ETag; ``ObjectExists`` on a 412 (the
+        key is taken); or why botocore should send it (including a failure after which the
+        object may or may not be stored: botocore's PUT then meets 412 and the caller reads the
+        key back, as after any retried create). ``Content-MD5`` rides along, so the server
+        refuses bytes changed on the way. Metadata and tags that are not plain printable ASCII
+        are left to botocore."""
+        target = self._target
+        if target is None:
+            return NOT_SENT
+        md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        extra = {"if-none-match": "*", "content-md5": md5}
+        for name, value in (metadata or {}).items():
+            extra[f"x-amz-meta-{name.lower()}"] = value
+        if tags:
+            extra["x-amz-tagging"] = urllib.parse.urlencode(dict(tags))
+        if not all(_PLAIN_HEADER.fullmatch(text) for text in (*extra, *extra.values())):
+            return NOT_SENT
+        response = self._send(target, target.path + quote_key(key), method="PUT", body=data, extra=extra)
+        if isinstance(response, Unanswered):
+            return response
+        self._count("PutObject")
+        if response.status == 412:
+            raise ObjectExists(key)
+        etag = response.headers.get("etag")
+        if response.status == 200 and etag:
+            return str(etag)
+        return self._unanswered(response.status) if response.status != 200 else REFUSED
