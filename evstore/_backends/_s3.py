@@ -24,6 +24,10 @@ A store that makes its own client parses the ISO 8601 UTC timestamps of LIST bod
 about 45 ms of CPU less per LIST of 400 keys; and it reads LIST bodies itself
 (``_s3_listing``): a third of botocore's CPU for a page. A client passed in is left as it is.
 
+Once botocore has sent one GET or LIST over the wire, the store's GETs, LISTs and conditional
+creates go out through ``_s3_direct`` (signed there, on a urllib3 pool of their own: about a
+third of botocore's CPU for a GET or a create), botocore answering what they do not; see that module.
+
 Ceph RGW 16 compares ``If-Match`` with the unquoted stored ETag and so refuses
 the correct, quoted one. ``replace`` detects that (412 although HEAD shows the
 expected ETag), retries unquoted, and keeps unquoted for the store's lifetime.
