@@ -278,6 +278,16 @@ class _Failing:
         return urllib3.HTTPResponse(io.BytesIO(body), headers=headers, status=status, preload_content=preload_content)
 
 
+def fail_directly(store: S3Store, answer: Exception | tuple[int, bytes, dict[str, str]]) -> _Failing:
+    """Every direct request of ``store`` fails as ``answer`` says from now on; its requests through
+    botocore are expected (the ``pair`` fixture does not hold them against the test)."""
+    assert store._direct is not None
+    failing = _Failing(answer)
+    store._direct._pool = failing  # type: ignore[assignment]
+    store._expect_botocore = True  # type: ignore[attr-defined]
+    return failing
+
+
 @pytest.mark.parametrize(
     "answer",
     [
@@ -291,10 +301,7 @@ class _Failing:
 )
 def test_anything_but_a_plain_answer_is_asked_again_of_botocore(pair: tuple[S3Store, S3Store], answer: Any) -> None:
     direct, plain = pair
-    assert direct._direct is not None
-    failing = _Failing(answer)
-    direct._direct._pool = failing  # type: ignore[assignment]
-    direct._expect_botocore = True  # type: ignore[attr-defined]
+    failing = fail_directly(direct, answer)
     assert direct.get(KEYS[2]) == plain.get(KEYS[2])
     assert direct.list_page("sessions/") == plain.list_page("sessions/")
     assert failing.sent == 2  # each tried directly once, then answered by botocore
@@ -308,10 +315,7 @@ def test_a_failed_direct_attempt_is_the_first_of_max_attempts(
     from evstore import StoreUnavailableError
 
     direct, _ = pair
-    assert direct._direct is not None
-    failing = _Failing((503, b"<Error><Code>SlowDown</Code></Error>", {}))
-    direct._direct._pool = failing  # type: ignore[assignment]
-    direct._expect_botocore = True  # type: ignore[attr-defined]
+    failing = fail_directly(direct, (503, b"<Error><Code>SlowDown</Code></Error>", {}))
     botocore_tries: list[str] = []
 
     def down(**kwargs: Any) -> Any:
@@ -330,10 +334,7 @@ def test_a_server_that_refuses_direct_requests_as_sent_gets_botocores_from_then_
     pair: tuple[S3Store, S3Store], status: int
 ) -> None:
     direct, plain = pair
-    assert direct._direct is not None
-    failing = _Failing((status, b"<Error><Code>Refused</Code></Error>", {}))
-    direct._direct._pool = failing  # type: ignore[assignment]
-    direct._expect_botocore = True  # type: ignore[attr-defined]
+    failing = fail_directly(direct, (status, b"<Error><Code>Refused</Code></Error>", {}))
     assert direct.get(KEYS[2]) == plain.get(KEYS[2])
     assert direct.get(KEYS[1]) == plain.get(KEYS[1])
     assert direct.list_page("sessions/") == plain.list_page("sessions/")
@@ -343,10 +344,7 @@ def test_a_server_that_refuses_direct_requests_as_sent_gets_botocores_from_then_
 
 def test_a_tls_failure_stops_direct_requests_at_once(pair: tuple[S3Store, S3Store]) -> None:
     direct, plain = pair
-    assert direct._direct is not None
-    failing = _Failing(urllib3.exceptions.SSLError("certificate verify failed"))
-    direct._direct._pool = failing  # type: ignore[assignment]
-    direct._expect_botocore = True  # type: ignore[attr-defined]
+    failing = fail_directly(direct, urllib3.exceptions.SSLError("certificate verify failed"))
     for key in KEYS:
         assert direct.get(key) == plain.get(key)
     assert failing.sent == 1 and direct._direct.target is None

@@ -76,7 +76,7 @@ from ._retry import (
     RetryNote,
     backoff_delay,
 )
-from ._s3_direct import NOT_SENT, DirectRequests, Unanswered
+from ._s3_direct import ASK_BOTOCORE, DirectRequests, Unanswered
 from ._s3_listing import ListedPage, parse_list_body
 
 #: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
@@ -554,7 +554,7 @@ class S3Store(ObjectStore):
         if delimiter:
             args["Delimiter"] = delimiter
         direct = self._direct
-        listed = NOT_SENT if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
+        listed = ASK_BOTOCORE if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
         if isinstance(listed, Unanswered):
             listed = self._botocore_list(prefix, args, first_attempt=self._after_direct(listed))
         objects, prefixes = listed.objects, listed.prefixes

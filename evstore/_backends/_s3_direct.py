@@ -18,12 +18,13 @@ What makes it safe to do beside botocore:
 * **Only the plain answers are taken here.** A GET's 200 (a body of the announced length) and
   404 ``NoSuchKey``, a LIST's 200 with a body ``parse_list_body`` reads whole, a create's 200
   (its ETag) and 412 (the key is taken); anything else (another status, a transport error, a
-  body cut short) is ``None``, and ``S3Store`` sends the request again through botocore, whose
+  body cut short) is an ``Unanswered``, and ``S3Store`` sends the request through botocore, whose
   answer, errors and retries are the store's as before. That is safe because every request
   here is safe to repeat: reads change nothing, and a create is conditional (``If-None-Match:
   *``), so one whose answer was lost after the server stored it meets 412 when botocore sends
   it again, and the caller reads the key back, as after any retried create (the module
-  docstring of ``_s3``). It costs a request only where the direct one failed. An answer that
+  docstring of ``_s3``). A direct attempt that failed transiently is the first of the request's
+  ``max_attempts``, botocore's its retry. It costs a request only where the direct one failed. An answer that
   says the server refuses the request as sent (400, 403, a redirect), a TLS failure, or three
   transport failures in a row stop direct requests for the store's lifetime, so that a failure
   that would repeat never costs two requests each.
@@ -63,7 +64,7 @@ _SCOPE = re.compile(r"AWS4-HMAC-SHA256 Credential=[^/,]+/[0-9]{8}/([^/,]+)/([^/,
 _NO_SUCH_KEY = b"<Code>NoSuchKey</Code>"
 #: A header name or value sent as it is: printable ASCII, no leading or trailing space.
 _PLAIN_HEADER = re.compile(r"[!-~](?:[ -~]*[!-~])?")
-#: Statuses after which direct requests stop (``DirectRequests._check_refused``): bad request,
+#: Statuses after which direct requests stop (``DirectRequests._unanswered``): bad request,
 #: access denied (a signature, a clock, a policy), and redirects (another region or endpoint).
 _REFUSED = frozenset({301, 302, 307, 308, 400, 403})
 #: Transport failures in a row (connection refused or reset, a timeout) after which direct
@@ -73,22 +74,19 @@ _FAILURES_TO_STOP = 3
 
 
 class Unanswered(msgspec.Struct, frozen=True):
-    """Why a direct request gives no answer to take, so that botocore sends it: ``sent`` when it
-    went out (and counts as the request's first attempt when ``transient``: a transport failure,
-    a 5xx, 409 or 429, a body cut short, which a retry may fix); else botocore's own reading of
-    the answer is wanted (another status, a body this module does not read) and its attempts
-    are its own."""
+    """Why a direct request gives no answer to take, so that botocore sends it. ``transient``: it
+    went out and failed in a way a retry may fix (a transport failure, a 5xx, 409 or 429, a body
+    cut short), so it counts as the request's first attempt; else botocore's own attempts and
+    reading of the answer are wanted (nothing went out, another status, a body this module does
+    not read)."""
 
-    sent: bool
     transient: bool
 
 
-#: Nothing went out (no target yet, no credentials, a header this module does not send).
-NOT_SENT = Unanswered(sent=False, transient=False)
 #: It failed in a way a retry may fix: the first of the request's attempts.
-FAILED = Unanswered(sent=True, transient=True)
-#: An answer for botocore to read, or a failure that would repeat: not an attempt to count.
-REFUSED = Unanswered(sent=True, transient=False)
+FAILED = Unanswered(transient=True)
+#: botocore's to send and to answer, with attempts of its own.
+ASK_BOTOCORE = Unanswered(transient=False)
 
 
 class Target(msgspec.Struct, frozen=True):
@@ -178,8 +176,8 @@ def sign_v4(
 
 class DirectRequests:
     """The direct GET, LIST and create of one ``S3Store``. Each method answers what it can take
-    here and returns None for everything else (the caller then asks botocore): see the
-    module's docstring. ``count`` is called with the operation's name for each request sent."""
+    here and returns an ``Unanswered`` for everything else (the caller then asks botocore):
+    see the module's docstring. ``count`` is called with the operation's name for each request sent."""
 
     def __init__(
         self,
@@ -258,12 +256,13 @@ class DirectRequests:
         extra: Mapping[str, str] | None = None,
         preload: bool = True,
     ) -> urllib3.BaseHTTPResponse | Unanswered:
-        """Sign and send one request: its answer, ``NOT_SENT`` when there are no credentials to
-        sign with, ``FAILED`` when it failed on the way (counted toward ``_FAILURES_TO_STOP``).
+        """Sign and send one request: its answer, ``ASK_BOTOCORE`` when there are no credentials to
+        sign with or TLS failed, ``FAILED`` when it failed on the way otherwise (counted toward
+        ``_FAILURES_TO_STOP``).
         ``extra`` headers are signed too."""
         frozen = self._credentials()
         if frozen is None or not frozen.access_key or not frozen.secret_key:
-            return NOT_SENT
+            return ASK_BOTOCORE
         amz_date = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
         payload = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
         headers = {"host": target.host, "x-amz-content-sha256": payload, "x-amz-date": amz_date, **(extra or {})}
@@ -298,7 +297,7 @@ class DirectRequests:
             self._failures += 1
             if isinstance(exc, urllib3.exceptions.SSLError):
                 self._stop()
-                return REFUSED  # botocore's TLS fails too, or works: either way its answer is wanted
+                return ASK_BOTOCORE  # botocore's TLS fails too, or works: either way its answer is wanted
             if self._failures >= _FAILURES_TO_STOP:
                 self._stop()
             return FAILED
@@ -312,7 +311,7 @@ class DirectRequests:
         never costs two requests each."""
         if status in _REFUSED:
             self._stop()
-        return FAILED if status >= 500 or status in (409, 429) else REFUSED
+        return FAILED if status >= 500 or status in (409, 429) else ASK_BOTOCORE
 
     def _stop(self) -> None:
         """Direct requests end for this store: botocore's from now on."""
@@ -324,7 +323,7 @@ class DirectRequests:
         ``NoSuchKey`` and the ``too_large`` error on a larger ``Content-Length``."""
         target = self._target
         if target is None:
-            return NOT_SENT
+            return ASK_BOTOCORE
         response = self._send(target, target.path + quote_key(key), preload=False)
         if isinstance(response, Unanswered):
             return response
@@ -335,7 +334,7 @@ class DirectRequests:
             if response.status == 404:
                 if _NO_SUCH_KEY in response.read():
                     raise ObjectMissing(key)
-                return REFUSED
+                return ASK_BOTOCORE
             if response.status != 200:
                 return self._unanswered(response.status)
             size = int(headers.get("content-length", "-1"))
@@ -346,14 +345,14 @@ class DirectRequests:
             if size != len(data):
                 return FAILED  # cut short
             if "etag" not in headers or "last-modified" not in headers:
-                return REFUSED
+                return ASK_BOTOCORE
             metadata = {name[11:]: value for name, value in headers.items() if name.lower().startswith("x-amz-meta-")}
             return StoredObject(key, data, headers["etag"], self._parse_timestamp(headers["last-modified"]), metadata)
         except (urllib3.exceptions.HTTPError, OSError):
             keep = False
             return FAILED  # the body was cut off or timed out
         except ValueError:
-            return REFUSED  # a Content-Length or Last-Modified this module does not read
+            return ASK_BOTOCORE  # a Content-Length or Last-Modified this module does not read
         finally:
             if keep:
                 response.drain_conn()
@@ -366,7 +365,7 @@ class DirectRequests:
         ``encoding-type`` are added), or why botocore should answer."""
         target = self._target
         if target is None:
-            return NOT_SENT
+            return ASK_BOTOCORE
         query = canonical_query({**params, "list-type": "2", "encoding-type": "url"})
         response = self._send(target, target.bucket_path(), query)
         if isinstance(response, Unanswered):
@@ -374,11 +373,8 @@ class DirectRequests:
         self._count("ListObjectsV2")
         if response.status != 200:
             return self._unanswered(response.status)
-        try:
-            page = parse_list_body(response.data, self._parse_timestamp)
-        except ValueError:
-            page = None
-        return REFUSED if page is None else page
+        page = parse_list_body(response.data, self._parse_timestamp)
+        return ASK_BOTOCORE if page is None else page
 
     def create(
         self, key: str, data: bytes, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None
@@ -391,7 +387,7 @@ class DirectRequests:
         are left to botocore."""
         target = self._target
         if target is None:
-            return NOT_SENT
+            return ASK_BOTOCORE
         md5 = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         extra = {"if-none-match": "*", "content-md5": md5}
         for name, value in (metadata or {}).items():
@@ -399,7 +395,7 @@ class DirectRequests:
         if tags:
             extra["x-amz-tagging"] = urllib.parse.urlencode(dict(tags))
         if not all(_PLAIN_HEADER.fullmatch(text) for text in (*extra, *extra.values())):
-            return NOT_SENT
+            return ASK_BOTOCORE
         response = self._send(target, target.path + quote_key(key), method="PUT", body=data, extra=extra)
         if isinstance(response, Unanswered):
             return response
@@ -409,4 +405,4 @@ class DirectRequests:
         etag = response.headers.get("etag")
         if response.status == 200 and etag:
             return str(etag)
-        return self._unanswered(response.status) if response.status != 200 else REFUSED
+        return self._unanswered(response.status)  # a 200 without an ETag too: botocore's to read
