@@ -53,6 +53,7 @@ from typing import Any
 
 import msgspec
 import urllib3
+import urllib3.connection
 
 from ._base import ObjectExists, ObjectMissing, StoredObject, too_large
 from ._s3_listing import ListedPage, parse_list_body
@@ -174,6 +175,43 @@ def sign_v4(
     return f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
 
 
+class _OneWriteConnection(urllib3.connection.HTTPConnection):
+    """Sends a request's head and its bytes body in one write, as botocore's connection does
+    (urllib3's sends them in two). A writer killed between two writes leaves the server a head
+    whose body never comes whole: S3 refuses the part by its ``Content-MD5``, but a server or
+    proxy that checks no digest would store it as the object."""
+
+    _holding = False  # this request's head waits for its body
+    _head: bytes | None = None
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **kwargs: Any) -> None:
+        self._holding = isinstance(body, bytes) and bool(body)
+        try:
+            super().request(method, url, body=body, headers=headers, **kwargs)
+        finally:
+            self._holding, self._head = False, None
+
+    def send(self, data: Any) -> None:
+        if self._holding:
+            if self._head is None:  # the head: urllib3 sends the body (one chunk, for bytes) next
+                self._head = bytes(data)
+                return
+            data, self._holding = self._head + bytes(data), False
+        super().send(data)
+
+
+class _OneWriteTLSConnection(_OneWriteConnection, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _Pool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _OneWriteConnection
+
+
+class _TLSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _OneWriteTLSConnection
+
+
 class DirectRequests:
     """The direct GET, LIST and create of one ``S3Store``. Each method answers what it can take
     here and returns an ``Unanswered`` for everything else (the caller then asks botocore):
@@ -198,6 +236,7 @@ class DirectRequests:
             retries=False,
             ca_certs=ca_bundle,
         )
+        self._pool.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
         self._parse_timestamp = parse_timestamp
         self._count = count
         self._target: Target | None = None

@@ -17,6 +17,10 @@ client sent it). For each request a *plan* picks one ``Fault``:
                        (the client has retried meanwhile: the late original lands second);
 * ``TRUNCATE_BODY``    pass it on, then send the response headers and half the body.
 
+A request whose body never fully arrives (the client was killed mid-request)
+is dropped, never passed on cut short: what any HTTP server or proxy does, and
+moto, which does not check Content-MD5, would otherwise store the part.
+
 Every request is recorded (``ProxyLog``), with the fault it got and the status
 the server gave when it was passed on, so tests count attempts and injected
 faults from what actually crossed the wire. Only loopback addresses are used.
@@ -191,22 +195,36 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
 
-    def _read_body(self) -> bytes:
+    def _read_body(self) -> bytes | None:
+        """The request's body, or None when the client went away before sending all of it (a
+        writer killed mid-request): like any HTTP server or proxy, this one never takes the
+        part that came for the whole."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             parts: list[bytes] = []
             while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self.rfile.readline()
+                if not line.endswith(b"\n"):
+                    return None
+                size = int(line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
+                    while (trailer := self.rfile.readline()) not in (b"\r\n", b"\n"):
+                        if not trailer:
+                            return None
                     return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                part = self.rfile.read(size)
+                if len(part) < size or not self.rfile.readline().endswith(b"\n"):
+                    return None
+                parts.append(part)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        return body if len(body) == length else None
 
     def _serve(self) -> None:
         proxy = self.server.proxy
         body = self._read_body()
+        if body is None:
+            self.close_connection = True
+            return
         split = urllib.parse.urlsplit(self.path)
         request = Request(
             self.command, urllib.parse.unquote(split.path), split.query, {k.lower(): v for k, v in self.headers.items()}
