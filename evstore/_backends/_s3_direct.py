@@ -32,9 +32,10 @@ What makes it safe to do beside botocore:
   the credentials botocore resolved for the client, frozen per request, so refreshed role
   credentials and session tokens are used as botocore uses them. A create sends its
   ``Content-MD5`` and signs its payload's SHA-256, so the server refuses bytes changed on the
-  way. HTTPS verifies certificates with botocore's CA bundle (or ``AWS_CA_BUNDLE``). Where
-  botocore would go through a proxy (any ``*_proxy`` variable set) or the client is not the
-  store's own, direct requests stay off.
+  way, and its head and body go out in one write, as botocore's do (``_OneWriteConnection``).
+  HTTPS verifies certificates with botocore's CA bundle (or ``AWS_CA_BUNDLE``). Where botocore
+  would go through a proxy (any ``*_proxy`` variable set) or the client is not the store's own,
+  direct requests stay off.
 
 Replacing an object (``If-Match``), HEAD, deletes, tags and lifecycle always go through botocore.
 """
@@ -178,8 +179,8 @@ def sign_v4(
 class _OneWriteConnection(urllib3.connection.HTTPConnection):
     """Sends a request's head and its bytes body in one write, as botocore's connection does
     (urllib3's sends them in two). A writer killed between two writes leaves the server a head
-    whose body never comes whole: S3 refuses the part by its ``Content-MD5``, but a server or
-    proxy that checks no digest would store it as the object."""
+    whose body never comes: S3 and moto's server refuse what came, but a proxy that passes on
+    the part it got, before a server that checks no ``Content-MD5`` (moto), stores the part."""
 
     _holding = False  # this request's head waits for its body
     _head: bytes | None = None
