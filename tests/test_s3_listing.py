@@ -4,6 +4,7 @@ for less CPU; anything it does not read exactly goes to botocore."""
 from __future__ import annotations
 
 import datetime
+import urllib.parse
 from typing import Any
 
 import boto3
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evstore._backends._s3 import _LISTED, S3Store, _listing, _parse_timestamp, _read_list_body
-from evstore._backends._s3_listing import ListedPage, _parse_tree, _plain_contents, parse_list_body
+from evstore._backends._s3_listing import ListedPage, _parse_tree, _plain_contents, _url_decoded, parse_list_body
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
 
@@ -164,6 +165,14 @@ def test_reading_the_plain_contents_apart_gives_elementtrees_page(parts: list[st
     data = body("".join(parts), encoding=encoding, ns=ns)
     whole = _parse_tree(data, _parse_timestamp)
     assert parse_list_body(data, _parse_timestamp) == (None if whole is None else whole[0])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.text(alphabet="%2Ff+/a9 ~-_.E", max_size=24))
+def test_a_plain_key_is_url_decoded_as_unquote_plus_decodes_it(key: str) -> None:
+    """The fast path for keys whose only escape is ``%2F`` answers what ``unquote_plus`` does, for
+    any mix of escapes, stray ``%``, lower-case hex and ``+``."""
+    assert _url_decoded(key.encode()) == urllib.parse.unquote_plus(key)
 
 
 def test_a_page_of_plain_contents_is_read_apart_from_the_tree() -> None:

@@ -83,8 +83,18 @@ def _with_contents(
                 moment = moments[modified] = parse_timestamp(modified.decode())
             except (ValueError, OverflowError):
                 return None
-        objects.append(ObjectInfo(urllib.parse.unquote_plus(key.decode()), int(size), etag.decode(), moment))
+        objects.append(ObjectInfo(_url_decoded(key), int(size), etag.decode(), moment))
     return ListedPage(objects, page.prefixes, page.truncated)
+
+
+def _url_decoded(key: bytes) -> str:
+    """``unquote_plus`` of an ASCII key, a fifth of its cost for a key whose one escape is the
+    ``%2F`` of its slashes (every evstore key): what remains after those is taken as it is when
+    it holds no ``%`` and no ``+``, the only characters ``unquote_plus`` changes."""
+    slashed = key.replace(b"%2F", b"/")
+    if b"%" in slashed or b"+" in slashed:
+        return urllib.parse.unquote_plus(key.decode())
+    return slashed.decode()
 
 
 def _plain_contents(body: bytes) -> tuple[list[tuple[bytes, bytes, bytes, bytes]], bytes] | None:
