@@ -182,22 +182,21 @@ class _OneWriteConnection(urllib3.connection.HTTPConnection):
     whose body never comes: S3 and moto's server refuse what came, but a proxy that passes on
     the part it got, before a server that checks no ``Content-MD5`` (moto), stores the part."""
 
-    _holding = False  # this request's head waits for its body
-    _head: bytes | None = None
+    _body: bytes | None = None  # the body to send with the request's head, the next write
 
     def request(self, method: str, url: str, body: Any = None, headers: Any = None, **kwargs: Any) -> None:
-        self._holding = isinstance(body, bytes) and bool(body)
+        if isinstance(body, bytes) and body:
+            # urllib3 is given no body (so it sends none after the head), its length as a header
+            self._body, body = body, None
+            headers = {**(headers or {}), "content-length": str(len(self._body))}
         try:
             super().request(method, url, body=body, headers=headers, **kwargs)
         finally:
-            self._holding, self._head = False, None
+            self._body = None
 
     def send(self, data: Any) -> None:
-        if self._holding:
-            if self._head is None:  # the head: urllib3 sends the body (one chunk, for bytes) next
-                self._head = bytes(data)
-                return
-            data, self._holding = self._head + bytes(data), False
+        if self._body is not None:  # the head: http.client sends it whole in one call
+            data, self._body = bytes(data) + self._body, None
         super().send(data)
 
 

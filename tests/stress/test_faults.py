@@ -8,9 +8,11 @@ one-line ``StoreUnavailableError`` (exit 1 from the command).
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Iterator
 
 import pytest
@@ -263,9 +265,6 @@ def test_a_request_whose_writer_dies_mid_body_is_never_passed_on_cut_short(
     """A writer killed between its request's head and the end of its body leaves the proxy a
     short body: the proxy drops it, as a real server would, so the soak's moto (which checks no
     Content-MD5) never stores the part as the whole."""
-    import socket
-    import urllib.parse
-
     import boto3
 
     bucket = create_bucket(stress_moto)
