@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ._errors import InvalidInputError
+from ._errors import InvalidInputError, StoreUnavailableError
 
 Rule = dict[str, Any]
 
@@ -119,6 +119,47 @@ def rules_equal(a: list[Rule], b: list[Rule]) -> bool:
     return sorted(map(repr, map(_effect, a))) == sorted(map(repr, map(_effect, b))) and len(a) == len(b)
 
 
+#: The most days a rule's ``Days`` may count that evstore evaluates (a century).
+MAX_RULE_DAYS = 36_500
+
+
+def _days(value: Any) -> int:
+    """A rule's ``Days`` or ``DaysAfterInitiation``: a whole number from 0 to ``MAX_RULE_DAYS``."""
+    if type(value) is not int or not 0 <= value <= MAX_RULE_DAYS:
+        raise ValueError(f"{value!r:.40} is not a number of days from 0 to {MAX_RULE_DAYS}")
+    return value
+
+
+def _date(value: Any) -> datetime:
+    """A rule's ``Expiration.Date``: a time with its zone (botocore gives a datetime; a rules file, RFC 3339 text)."""
+    date = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if date.tzinfo is None:
+        raise ValueError(f"date {str(value)[:40]!r} has no time zone")
+    return date
+
+
+def checked_rules(rules: list[Rule], where: str) -> list[Rule]:
+    """``rules``, once every part of them that evstore evaluates (filters, ``Days``, ``Date``)
+    reads as S3 reads it; else ``StoreUnavailableError`` naming the first rule that does not (a
+    damaged or planted rules file fails cleanly, never expires objects by a misreading)."""
+    for index, rule in enumerate(rules, 1):
+        try:
+            if not isinstance(rule, dict):
+                raise ValueError("not an object")
+            rule_filter(rule)
+            for name, field in (("Expiration", "Days"), ("AbortIncompleteMultipartUpload", "DaysAfterInitiation")):
+                action = rule.get(name)
+                if action is not None and not isinstance(action, dict):
+                    raise ValueError(f"{name} is not an object")
+                if action and field in action:
+                    _days(action[field])
+            if isinstance(expiration := rule.get("Expiration"), dict) and "Date" in expiration:
+                _date(expiration["Date"])
+        except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+            raise StoreUnavailableError(f"{where}: lifecycle rule {index} cannot be evaluated: {exc}") from None
+    return rules
+
+
 def _after_days(start: datetime, days: int) -> datetime:
     """S3's rounding: creation + N days, moved up to the next midnight UTC."""
     moment = start.astimezone(UTC) + timedelta(days=days)
@@ -134,10 +175,9 @@ def expiry(rules: list[Rule], key: str, created: datetime, tags: Mapping[str, st
         if rule.get("Status") != "Enabled" or not isinstance(action, dict) or not rule_filter(rule).matches(key, tags, size):
             continue
         if "Days" in action:
-            times.append(_after_days(created, int(action["Days"])))
+            times.append(_after_days(created, _days(action["Days"])))
         elif "Date" in action:
-            date = action["Date"]
-            times.append(date if isinstance(date, datetime) else datetime.fromisoformat(str(date).replace("Z", "+00:00")))
+            times.append(_date(action["Date"]))
     return min(times, default=None)
 
 
@@ -149,5 +189,5 @@ def upload_abort(rules: list[Rule], key: str, initiated: datetime) -> datetime |
         action = rule.get("AbortIncompleteMultipartUpload")
         flt = rule_filter(rule)
         if rule.get("Status") == "Enabled" and isinstance(action, dict) and not flt.tags and key.startswith(flt.prefix):
-            times.append(_after_days(initiated, int(action.get("DaysAfterInitiation", 0))))
+            times.append(_after_days(initiated, _days(action.get("DaysAfterInitiation", 0))))
     return min(times, default=None)

@@ -387,7 +387,7 @@ class Session:
                 tags=ctx.tags_for(self.manifest.retention),
             )
         except ObjectExists:
-            data = self._resolve_taken(seq, write_id, idempotency_key)
+            data = self._resolve_taken(seq, data, write_id, plaintext, idempotency_key)
         if self._lease_lapsed():
             self._confirm_alive()  # the PUT outlasted the lease: only a live session's append is acknowledged
         self._head, self._head_hash = seq, sha256_hex(data)
@@ -477,23 +477,34 @@ class Session:
         except EvstoreError:
             self._may_retire = False
 
-    def _resolve_taken(self, seq: int, write_id: str, idempotency_key: str | None) -> bytes:
+    def _resolve_taken(self, seq: int, data: bytes, write_id: str, plaintext: bytes, idempotency_key: str | None) -> bytes:
         """A 412 at ``seq``: our own earlier attempt (lost response) is success; so is the same
-        idempotency key, landed by another process; anything else is a conflict."""
+        idempotency key, landed by another process; anything else is a conflict.
+
+        Our attempt is known by its bytes (they carry this append's random write id), never by
+        what the object's metadata or envelope claims: a stranger who saw the write id (in a local
+        store's temporary file, say) could copy it onto a forged event. The one other form of our
+        attempt is the same event re-sealed by a rekey since it landed: taken when it names our
+        write id, follows our head and opens to our body."""
         ctx = self._ctx
         try:
             stored = ctx.backend.get(ctx.layout.event_key(self.id, seq), max_bytes=ctx.max_event_object_bytes)
         except ObjectMissing:
             raise WriteConflictError(self.id, seq, "the event there was removed meanwhile") from None
-        if stored.metadata.get(WRITE_ID_METADATA) == write_id:
-            return stored.data
+        if stored.data == data:
+            return data
         try:
             raw = _read.decode_at(ctx, self.manifest, seq, stored.data)  # a delete's fence: not found
         except IntegrityError:
             raise WriteConflictError(self.id, seq, "an object that is no event of this session is there") from None
-        if idempotency_key is not None and raw.envelope.idem == idempotency_key:
+        envelope = raw.envelope
+        if idempotency_key is not None and envelope.idem == idempotency_key:
             self._verify(raw, self._head_hash)  # on this writer's head, sealed as the session is: else tampering
             return stored.data  # the same append, landed by another process: its seq is the answer
+        if envelope.wid == write_id:
+            self._verify(raw, self._head_hash)
+            if encode_json(_read.open_body(ctx, self.manifest, raw)) == plaintext:
+                return stored.data
         raise WriteConflictError(self.id, seq)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from evstore import (
     IntegrityError,
     InvalidInputError,
+    Keyring,
     MemoryStore,
     SessionExistsError,
     SessionExpiredError,
@@ -17,6 +19,7 @@ from evstore import (
     Store,
     WriteConflictError,
 )
+from evstore._backends import ObjectExists
 from evstore._context import FENCE_HOLD
 from evstore._ids import format_seq
 
@@ -447,6 +450,52 @@ def test_a_lost_response_on_create_or_fork_is_our_own_success() -> None:
         "tombstone",
     ]
     assert [e.messages[0]["content"] for e in store.replay("s")] == ["a"]
+
+
+def test_an_event_planted_with_our_write_id_is_a_conflict_never_our_append() -> None:
+    # a stranger who learned the write id (from a local store's temporary file, say) creates the
+    # slot first with a forged event carrying it, in its metadata and its envelope
+    backend = MemoryStore()
+    store = Store(backend, root="root")
+    writer = store.create("s")
+    writer.append(msg("a"))
+    real_create = backend.create
+
+    def plant_first(key: str, data: bytes, **kwargs: Any) -> str:
+        if key.endswith(format_seq(2)):
+            forged = msgspec.json.decode(data)
+            forged["body"]["messages"][0]["content"] = "forged"
+            real_create(key, msgspec.json.encode(forged), **kwargs)
+        return real_create(key, data, **kwargs)
+
+    backend.create = plant_first  # type: ignore[method-assign]
+    with pytest.raises(WriteConflictError):
+        writer.append(msg("b"))
+    assert writer.head == 1
+
+
+def test_our_landed_append_re_sealed_by_a_rekey_before_the_retry_answers_is_ours() -> None:
+    backend = MemoryStore()
+    keys = {"k1": bytes(range(32)), "k2": bytes(range(1, 33))}
+    store = Store(backend, root="root", keyring=Keyring(keys, "k1"))
+    writer = store.create("s")
+    writer.append(msg("a"))
+    real_create = backend.create
+
+    def land_then_rekey(key: str, data: bytes, **kwargs: Any) -> str:
+        etag = real_create(key, data, **kwargs)
+        if key.endswith(format_seq(2)):
+            backend.create = real_create  # type: ignore[method-assign]
+            Store(backend, root="root", keyring=Keyring(keys, "k2")).rekey("s")  # re-seals seq 2 too, under k2
+            raise ObjectExists(key)  # the response was lost; the retry met the re-sealed object
+        return etag
+
+    backend.create = land_then_rekey  # type: ignore[method-assign]
+    assert writer.append(msg("b")) == 2
+    stored = backend.get("root/sessions/s/" + format_seq(2)).data
+    assert b'"kid":"k2"' in stored  # what the writer took is the re-sealed event, as its head hash says
+    assert [e.messages[0]["content"] for e in store.replay("s")] == ["a", "b"]
+    assert store.verify("s").receipt.seq == 2
 
 
 def test_lone_surrogates_and_unhashable_roles_are_invalid_input(memory_store: Store) -> None:

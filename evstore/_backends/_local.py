@@ -49,10 +49,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from .._errors import InvalidInputError, StoreUnavailableError
+from .._lifecycle import checked_rules
 from ._base import (
     IncompleteUpload,
     LifecycleRule,
@@ -72,6 +74,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: A temporary file older than this was left by a process that died mid-write.
 STALE_TMP_SECONDS = 3600
+#: The longest a write waits for the store's lock (``<dir>/lock``): the longest a delete of a
+#: page of objects holds it is far less.
+LOCK_WAIT_SECONDS = 60.0
 #: Sidecars and the lifecycle file are small; a larger one is treated as damaged.
 _SMALL_FILE_BYTES = 1 << 20
 _CHUNK = 1 << 20
@@ -107,6 +112,29 @@ class _NotADirectory(Exception):
 
     def __init__(self, symlink: bool) -> None:
         self.symlink = symlink
+
+
+#: Where this process's open files can be named from (Linux), which lets ``create`` land a file
+#: that never had a name (``O_TMPFILE``).
+_PROC_SELF_FD = "/proc/self/fd"
+
+
+def _anonymous_file(dir_fd: int) -> int:
+    """An open file without a name (``O_TMPFILE``, mode 0600) in the directory ``dir_fd``, or -1
+    where the system or the filesystem makes none, or ``_PROC_SELF_FD`` is not there to link it by."""
+    if not hasattr(os, "O_TMPFILE") or not os.path.isdir(_PROC_SELF_FD):
+        return -1
+    try:
+        return os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except OSError:
+        return -1
+
+
+def _is_directory(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _close(fd: int) -> None:
@@ -218,13 +246,44 @@ def _scan(fd: int, base: str, partial: str, start_after: str, pick: _Smallest, *
     """Offer ``pick`` the keys ``base + name`` of the directory ``fd`` whose names start with
     ``partial`` and that sort after ``start_after``: directories as ``base + name + "/"``, or,
     when ``recursive``, entered (``O_NOFOLLOW``: never through a symlink) after the directory's
-    own names, smallest first, unless every key in them sorts after those ``pick`` keeps."""
+    own names, smallest first, unless every key in them sorts after those ``pick`` keeps. Depth
+    first, on a stack of its own: a tree planted thousands of levels deep costs no recursion."""
+    stack: list[tuple[int, str, Iterator[str]]] = [(fd, base, iter(_scan_names(fd, base, partial, start_after, pick, recursive)))]
+    try:
+        while stack:
+            parent_fd, parent, names = stack[-1]
+            name = next(names, None)
+            if name is None or not pick.wants(sub := f"{parent}{name}/"):
+                # done with it; or its keys, and those of every later directory in it, sort after the ones kept
+                stack.pop()
+                if parent_fd != fd:
+                    os.close(parent_fd)
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except OSError:
+                continue  # removed, or replaced by a link, since it was read
+            try:
+                subdirs = _scan_names(child, sub, "", start_after, pick, True)
+            except BaseException:
+                os.close(child)
+                raise
+            stack.append((child, sub, iter(subdirs)))
+    finally:
+        for held, _, _ in stack:
+            if held != fd:
+                os.close(held)
+
+
+def _scan_names(fd: int, base: str, partial: str, start_after: str, pick: _Smallest, recursive: bool) -> list[str]:
+    """``_scan``'s work in one directory: offer its keys to ``pick``; return the names of the
+    subdirectories to enter (``recursive``), sorted."""
     if start_after.startswith(base):
         after = start_after[len(base) :]  # a key here sorts after start_after iff its name sorts after this
     elif base > start_after:
         after = ""
     else:
-        return  # every key here sorts before start_after
+        return []  # every key here sorts before start_after
     subdirs: list[str] = []
     with os.scandir(fd) as entries:
         for entry in entries:
@@ -240,18 +299,7 @@ def _scan(fd: int, base: str, partial: str, start_after: str, pick: _Smallest, *
                     pick.offer(key, None)
             elif name > after and pick.wants(key := base + name):
                 pick.offer(key, _lstat(entry))
-    for name in sorted(subdirs):
-        sub = f"{base}{name}/"
-        if not pick.wants(sub):
-            return  # its keys, and those of every later directory, sort after the ones kept
-        try:
-            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue  # removed, or replaced by a link, since it was read
-        try:
-            _scan(child, sub, "", start_after, pick, recursive=True)
-        finally:
-            os.close(child)
+    return sorted(subdirs)
 
 
 class LocalStore(ObjectStore):
@@ -269,10 +317,32 @@ class LocalStore(ObjectStore):
             ) from None
         except OSError as exc:
             raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
+        self._claim_base_files()
         self._indexes: OrderedDict[str, _Index] = OrderedDict()
         self._indexed = 0  # names held by the indexes
         self._index_lock = threading.Lock()
         self._sweep_tmp()
+
+    def _claim_base_files(self) -> None:
+        """Create ``lock`` (0600) and ``lifecycle.json`` (no rules) where they are missing, so that
+        one who may create files in the directory cannot be first to: a lock file of theirs they
+        could hold (every write would wait on it), a rules file of theirs ``gc --apply-lifecycle``
+        would obey. Best effort: a read-only store is used as it is."""
+        for name, data, mode in (("lock", b"", 0o600), ("lifecycle.json", b"[]", 0o644)):
+            try:
+                base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=base)
+                finally:
+                    os.close(base)
+            except OSError:
+                continue  # there already (or not ours to create)
+            try:
+                os.write(fd, data)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def _sweep_tmp(self) -> None:
         """Remove temporary files a killed process left in ``<dir>/tmp`` (older than
@@ -367,51 +437,91 @@ class LocalStore(ObjectStore):
         except OSError as exc:
             raise self._unavailable("lock", exc) from None
         try:
-            fcntl.flock(fd, mode)
+            self._wait_for_lock(fd, mode)
             yield
         finally:
             os.close(fd)  # closing releases the lock
 
+    def _wait_for_lock(self, fd: int, mode: int) -> None:
+        """Take the lock, polling for at most ``LOCK_WAIT_SECONDS``: a lock that another process
+        holds that long (a stranger's, planted and held) is ``StoreUnavailableError``, not a hang."""
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreUnavailableError(
+                        f"local store {str(self.base)!r}: its lock is held by another process"
+                        f" for more than {LOCK_WAIT_SECONDS:.0f} s"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+            except OSError as exc:
+                raise self._unavailable("lock", exc) from None
+
     # ---- writing -------------------------------------------------------------------------
 
     @contextmanager
-    def _temp(self, data: bytes) -> Iterator[tuple[int, str]]:
+    def _temp(self, data: bytes, *, named: bool = True) -> Iterator[tuple[int, str, int]]:
         """A fsynced temporary file in ``<dir>/tmp`` holding ``data``: (tmp directory descriptor,
-        name). It is removed on the way out, whatever happens (a copy linked elsewhere stays)."""
+        its name, the file's own descriptor, still open). Without ``named``, where the system can
+        (``O_TMPFILE``, and ``/proc`` to link it by), the file has no name at all (""): no one
+        reads a write's bytes (its write id) or swaps the file before it lands. A named one is
+        mode 0600 and removed on the way out, whatever happens (a copy linked elsewhere stays)."""
         try:
             tmp_fd = self._open_dirs(["tmp"], create=True)
         except _NotADirectory:
             raise ObjectRefused("tmp", "the local store's tmp directory is a link or a file") from None
         except OSError as exc:
             raise self._unavailable("tmp", exc) from None
-        name = f"t-{secrets.token_hex(12)}"
-        created = False
+        name = ""
+        fd = -1 if named else _anonymous_file(tmp_fd)
         try:
             try:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=tmp_fd)
-                created = True
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    if _XATTRS:
-                        with suppress(OSError):  # a filesystem without user attributes: listed without an ETag
-                            os.setxattr(fd, _ETAG_XATTR, etag_of(data).encode("ascii"))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                if fd < 0:
+                    name = f"t-{secrets.token_hex(12)}"
+                    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=tmp_fd)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if _XATTRS:
+                    with suppress(OSError):  # a filesystem without user attributes: listed without an ETag
+                        os.setxattr(fd, _ETAG_XATTR, etag_of(data).encode("ascii"))
+                os.fsync(fd)
             except OSError as exc:
                 raise self._unavailable("tmp", exc) from None
-            yield tmp_fd, name
+            yield tmp_fd, name, fd
         finally:
-            if created:
+            if fd >= 0:
+                _close(fd)
+            if name:
                 with suppress(OSError):
                     os.unlink(name, dir_fd=tmp_fd)
             _close(tmp_fd)
 
+    def _link(self, key: str, fd: int, tmp_fd: int, tmp: str, dir_fd: int, name: str) -> None:
+        """Give the temporary file ``_temp`` made (open as ``fd``) the name ``name`` in ``dir_fd``;
+        ``FileExistsError`` if the name is taken. One without a name is linked by its descriptor.
+        A named one is linked by its name and the linked inode checked against the open file's:
+        a file swapped in under that name (one who may create files in ``tmp`` can rename over
+        it) is unlinked again and refused, never landed as ours."""
+        if not tmp:
+            os.link(f"{_PROC_SELF_FD}/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+            return
+        os.link(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        ours = os.fstat(fd)
+        linked = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (linked.st_dev, linked.st_ino) != (ours.st_dev, ours.st_ino):
+            with suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+            raise ObjectRefused(key, "its temporary file was replaced before it was linked: refused")
+
     def _write_sidecar(self, key: str, metadata: Mapping[str, str] | None, tags: Mapping[str, str] | None) -> None:
         data = msgspec.json.encode(_Sidecar(dict(metadata or {}), dict(tags or {})))
-        with self._parent("meta", key, create=True) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+        with self._parent("meta", key, create=True) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp, _):
             try:
                 os.replace(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
             except OSError as exc:
@@ -422,15 +532,22 @@ class LocalStore(ObjectStore):
     ) -> str:
         self._parts(key)
         with self._locked(fcntl.LOCK_SH):
-            with self._parent("objects", key, create=True) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+            with self._parent("objects", key, create=True) as (dir_fd, name), self._temp(data, named=False) as (tmp_fd, tmp, fd):
                 try:
-                    os.link(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                    self._link(key, fd, tmp_fd, tmp, dir_fd, name)
                     os.fsync(dir_fd)
                 except FileExistsError:
+                    if _is_directory(dir_fd, name):  # planted: no object is there, and none can be
+                        raise ObjectRefused(key, "a directory stands where the object goes") from None
                     raise ObjectExists(key) from None
                 except OSError as exc:
                     raise self._unavailable(key, exc) from None
-            self._write_sidecar(key, metadata, tags)
+            # the object is in place: the create succeeded, whatever becomes of its sidecar. One that
+            # cannot be written (a directory planted at its path, a full disk) leaves the object
+            # without metadata and tags (no lifecycle rule expires it), never a failed create that a
+            # retry would make twice
+            with suppress(StoreUnavailableError, ObjectRefused):
+                self._write_sidecar(key, metadata, tags)
         return etag_of(data)
 
     def replace(
@@ -450,7 +567,7 @@ class LocalStore(ObjectStore):
             if etag_of(current) != etag:
                 raise PreconditionFailed(key)
             self._write_sidecar(key, metadata, tags)
-            with self._parent("objects", key) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp):
+            with self._parent("objects", key) as (dir_fd, name), self._temp(data) as (tmp_fd, tmp, _):
                 try:
                     os.replace(tmp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
                     os.fsync(dir_fd)
@@ -706,11 +823,12 @@ class LocalStore(ObjectStore):
             return []
         except OSError as exc:
             raise self._unavailable("lifecycle.json", exc) from None
+        where = f"local store {str(self.base)!r}: lifecycle.json"
         try:
-            rules: list[LifecycleRule] = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            raise StoreUnavailableError(f"local store {str(self.base)!r}: lifecycle.json is damaged") from None
-        return rules
+            rules = msgspec.json.decode(data, type=list[dict[str, Any]])
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            raise StoreUnavailableError(f"{where} is damaged: not a list of rules") from None
+        return checked_rules(rules, where)
 
     @contextmanager
     def _open_base_file(self, name: str) -> Iterator[int]:
@@ -727,7 +845,7 @@ class LocalStore(ObjectStore):
             os.close(fd)
 
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
-        with self._temp(msgspec.json.encode(rules)) as (tmp_fd, tmp):
+        with self._temp(msgspec.json.encode(rules)) as (tmp_fd, tmp, _):
             base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
                 os.replace(tmp, "lifecycle.json", src_dir_fd=tmp_fd, dst_dir_fd=base)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from .._lifecycle import checked_rules
 from ._base import (
     IncompleteUpload,
     LifecycleRule,
@@ -204,7 +205,8 @@ class MemoryStore(ObjectStore):
 
     def get_lifecycle(self) -> list[LifecycleRule]:
         with self._lock:
-            return [dict(rule) for rule in self._lifecycle]
+            rules = [dict(rule) for rule in self._lifecycle]
+        return checked_rules(rules, "memory store")
 
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
         with self._lock:

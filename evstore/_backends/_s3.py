@@ -55,6 +55,7 @@ import urllib3
 from botocore.config import Config
 
 from .._errors import StoreUnavailableError
+from .._lifecycle import checked_rules
 from ._base import (
     IncompleteUpload,
     LifecycleRule,
@@ -630,7 +631,7 @@ class S3Store(ObjectStore):
             raise self._fail("get lifecycle of", self.bucket, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._fail("get lifecycle of", self.bucket, exc) from None
-        return [dict(rule) for rule in response.get("Rules", [])]
+        return checked_rules([dict(rule) for rule in response.get("Rules", [])], f"bucket {self.bucket!r}")
 
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
         def request() -> object:
