@@ -202,3 +202,20 @@ def test_a_directory_planted_where_an_object_goes_is_exit_5_not_a_conflict_to_re
     with pytest.raises(IntegrityError, match="a directory stands where the object goes"):
         action()  # never WriteConflictError (refresh and retry, forever) nor a raw ObjectExists
     assert texts(store) == ["a"]
+
+
+def test_an_event_written_to_in_place_no_longer_vouches_for_the_segment_that_holds_it(tmp_path: Path) -> None:
+    store = Store(LocalStore(tmp_path))
+    writer = store.create("s")
+    for i in range(1, 101):
+        writer.append(msg(f"m{i}"))
+    assert store.info("s").segments  # seq 10 is read from a segment, on the word of its listed ETag
+    event = tmp_path / "objects/sessions/s" / f"{10:020d}"
+    with event.open("r+b") as damaged:  # in place: the recorded ETag (an extended attribute) is kept
+        damaged.seek(40)
+        damaged.write(b"X")
+    with pytest.raises(IntegrityError) as raised:
+        store.verify("s")
+    assert raised.value.seq == 10
+    with pytest.raises(IntegrityError):
+        list(store.replay("s"))

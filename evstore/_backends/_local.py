@@ -95,10 +95,22 @@ def _lstat(entry: os.DirEntry[str]) -> os.stat_result | None:
 
 
 #: The extended attribute in which a write records its object's ETag (the MD5 of its bytes, as
-#: S3 gives it), so that a listing can give each object's ETag without reading it. Where the
+#: S3 gives it) with the file's size and mtime, so that a listing can give each object's ETag
+#: without reading it, for as long as the file is as written (``_etag_if_unchanged``). Where the
 #: filesystem keeps no user attributes, or for an object written before, a listing gives "".
 _ETAG_XATTR = "user.evstore.etag"
 _XATTRS = hasattr(os, "setxattr")
+
+
+def _etag_if_unchanged(recorded: str, info: os.stat_result) -> str:
+    """The ETag a write recorded in ``_ETAG_XATTR`` ("etag size mtime_ns"), while the file is as
+    the write left it: once its size or mtime differ from those recorded (written to in place
+    since), none, so that readers read the object itself instead of trusting a segment on its
+    word. A bare ETag (recorded before the size and mtime were) is taken as it is."""
+    etag, *stamp = recorded.split(" ")
+    if stamp and stamp != [str(info.st_size), str(info.st_mtime_ns)]:
+        return ""
+    return etag
 
 
 def _listed(key: str, info: os.stat_result | None, etag: str = "") -> ObjectInfo:
@@ -488,8 +500,10 @@ class LocalStore(ObjectStore):
                 while view:
                     view = view[os.write(fd, view) :]
                 if _XATTRS:
+                    written = os.fstat(fd)
+                    recorded = f"{etag_of(data)} {written.st_size} {written.st_mtime_ns}"
                     with suppress(OSError):  # a filesystem without user attributes: listed without an ETag
-                        os.setxattr(fd, _ETAG_XATTR, etag_of(data).encode("ascii"))
+                        os.setxattr(fd, _ETAG_XATTR, recorded.encode("ascii"))
                 os.fsync(fd)
             except OSError as exc:
                 raise self._unavailable("tmp", exc) from None
@@ -748,25 +762,25 @@ class LocalStore(ObjectStore):
         etags: dict[str, str] = {}
         if not _XATTRS:
             return etags
-        by_directory: dict[str, list[str]] = {}
+        by_directory: dict[str, list[tuple[str, os.stat_result]]] = {}
         for key, info in chosen:
             if info is not None and stat.S_ISREG(info.st_mode):
                 directory, _, name = key.rpartition("/")
-                by_directory.setdefault(directory, []).append(name)
+                by_directory.setdefault(directory, []).append((name, info))
         for directory, names in by_directory.items():
             try:
                 dir_fd = self._open_dirs(["objects", *directory.split("/")] if directory else ["objects"])
             except (OSError, _NotADirectory):
                 continue  # removed, or replaced by a link, since it was read: listed without ETags
             try:
-                for name in names:
+                for name, info in names:
                     with suppress(OSError):
                         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
                         try:
-                            etag = os.getxattr(fd, _ETAG_XATTR).decode("ascii", "replace")
+                            recorded = os.getxattr(fd, _ETAG_XATTR).decode("ascii", "replace")
                         finally:
                             os.close(fd)
-                        etags[f"{directory}/{name}" if directory else name] = etag
+                        etags[f"{directory}/{name}" if directory else name] = _etag_if_unchanged(recorded, info)
             finally:
                 os.close(dir_fd)
         return etags
