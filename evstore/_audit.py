@@ -38,6 +38,8 @@ from ._chain import Receipt, VerifyResult
 from ._codec import (
     FORMAT_VERSION,
     MAX_SMALL_OBJECT_BYTES,
+    Body,
+    Manifest,
     RekeyRecord,
     b64encode,
     encode_json,
@@ -53,7 +55,7 @@ from ._crypto import new_salt, seal
 from ._errors import IntegrityError, InvalidInputError, WriteConflictError
 from ._forks import fence, forks_of
 from ._ids import parse_seq
-from ._read import Loaded, Meta, salt_key
+from ._read import Loaded, Meta, RawEvent, salt_key
 
 _MAX_ROUNDS = 8
 
@@ -159,43 +161,99 @@ def _ensure_salt(ctx: StoreContext, loaded: Loaded) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """An own event as rekey read and checked it, before it writes anything."""
+
+    raw: RawEvent
+    #: The ETag it was read with: its replacement is conditional on it.
+    etag: str
+    #: Its body, opened, when rekey re-seals it; None when it stays as it is (``current``).
+    body: Body | None
+
+
+def _read_round(
+    ctx: StoreContext, manifest: Manifest, bare: Loaded, start: int, kid: str, before: str, *, keep_first: bool
+) -> list[_Checked]:
+    """Read the session's own events from ``start`` to its head, and check each as a reader
+    would, before rekey writes anything: it is the object stored now, it chains to the event
+    before it (the first to ``before``: the session's origin, or the hash the event before
+    ``start`` has now; a hash a rekey record maps to it counts), and each one to re-seal opens.
+    An event stays as it is (``current``) when it is sealed under ``kid`` and every event before
+    it in this rekey stays too, its ``prev`` naming that one's hash (with ``keep_first``, the
+    first event keeps the ``prev`` it has). Raises ``IntegrityError`` (a damaged or forged
+    event, a key the session needs and the keyring lacks) before any write: the caller writes
+    only once the whole round is read."""
+    session_id = manifest.sid
+    found: list[_Checked] = []
+    prev = before
+    resealing = False
+    for raw in _read.own_raw(ctx, bare, start, None):
+        stored = ctx.backend.get(ctx.layout.event_key(session_id, raw.seq))
+        if sha256_hex(stored.data) != raw.hash:
+            raise WriteConflictError(session_id, raw.seq, "the event changed while rekey read it")
+        env = raw.envelope
+        if env.prev != prev and not _read.same_event(ctx, manifest, env.prev, prev):
+            raise IntegrityError(
+                session_id, raw.seq, "prev hash does not match the previous event (chain broken)", broken_link=True
+            )
+        kept_prev = env.prev == prev or (keep_first and not found)
+        resealing = resealing or env.kid != kid or not kept_prev
+        found.append(_Checked(raw, stored.etag, _read.open_body(ctx, manifest, raw) if resealing else None))
+        prev = raw.hash
+    return found
+
+
 def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
-    """Re-seal the session's events under the active key (encrypting a plaintext session)."""
+    """Re-seal the session's events under the active key (encrypting a plaintext session).
+
+    Each round reads and checks every event it re-seals (``_read_round``) before its first
+    write, so a rekey that fails on a damaged event or a missing key leaves the session as it
+    was. Then: the salt object (a plaintext session), the segments removed, the rekey record,
+    each event replaced. Interrupted between those writes, it leaves a state that running it
+    again completes (docs/security.md)."""
     kid = ctx.keyring.active
     if kid is None:
         raise InvalidInputError("rekey needs an active key (EVSTORE_KEY or a keyring with an active key)")
     loaded = _read.load(ctx, session_id, every=True)
     manifest = loaded.manifest
-    _ensure_salt(ctx, loaded)
-    key = _read.session_key(ctx, manifest, kid)
+    parent = manifest.parent
+    origin = parent.hash if parent is not None and not parent.copied else loaded.genesis
+    bare = Loaded(manifest, loaded.genesis, Meta())
+    start = loaded.first_own
+    checked = _read_round(ctx, manifest, bare, start, kid, origin, keep_first=True)
+    if manifest.salt is not None or loaded.meta.salted:
+        key = _read.session_key(ctx, manifest, kid)  # a junk salt object fails here, before any write
+    else:
+        _ensure_salt(ctx, loaded)  # the first write
+        key = _read.session_key(ctx, manifest, kid)
     prefix = ctx.layout.session_prefix(session_id)
     segments = [loaded.meta.segment_key(ctx.layout, session_id, segment) for segment in loaded.meta.segments]
     if segments:
         ctx.backend.delete_many(segments)
-    bare = Loaded(manifest, loaded.genesis, Meta())
     resealed = current = 0
     records: list[str] = []
-    start = loaded.first_own
     prev_new: str | None = None  # hash of the re-sealed event before ``start``
-    for _ in range(_MAX_ROUNDS):
+    for round_ in range(_MAX_ROUNDS):
+        if round_:
+            assert prev_new is not None
+            checked = _read_round(ctx, manifest, bare, start, kid, prev_new, keep_first=False)
         plans: list[tuple[int, str, bytes, str, dict[str, str]]] = []  # seq, old hash, new bytes, etag, metadata
-        for raw in _read.own_raw(ctx, bare, start, None):
-            stored = ctx.backend.get(ctx.layout.event_key(session_id, raw.seq))
-            if sha256_hex(stored.data) != raw.hash:
-                raise WriteConflictError(session_id, raw.seq, "the event changed while rekey read it")
-            env = raw.envelope
-            prev = prev_new if prev_new is not None else env.prev
-            if env.kid == kid and env.prev == prev:
+        for item in checked:
+            raw, env = item.raw, item.raw.envelope
+            if item.body is None:
                 current += 1
                 prev_new = raw.hash
                 continue
-            body = _read.open_body(ctx, manifest, raw)
+            prev = prev_new if prev_new is not None else env.prev
             new_env = msgspec.structs.replace(env, v=FORMAT_VERSION, prev=prev, kid=kid, body=None, sealed=None)
-            plaintext = encode_json(body)
+            plaintext = encode_json(item.body)
             new_env = msgspec.structs.replace(new_env, sealed=b64encode(seal(key, plaintext, header_aad(new_env))))
             data = encode_json(new_env)
-            plans.append((raw.seq, raw.hash, data, stored.etag, {WRITE_ID_METADATA: env.wid}))
+            plans.append((raw.seq, raw.hash, data, item.etag, {WRITE_ID_METADATA: env.wid}))
             prev_new = sha256_hex(data)
+        if checked:
+            start = checked[-1].raw.seq + 1
         if not plans:
             break
         record = RekeyRecord(
@@ -225,7 +283,6 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
                 if ctx.backend.get(ctx.layout.event_key(session_id, seq)).data != data:
                     raise WriteConflictError(session_id, seq, "the event was replaced concurrently (another rekey?)") from None
             resealed += 1
-        start = plans[-1][0] + 1
     return RekeyResult(session_id, kid, resealed, current, records)
 
 

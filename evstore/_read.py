@@ -768,6 +768,16 @@ def canonical_hash(ctx: StoreContext, manifest: Manifest, digest: str) -> str:
     return digest
 
 
+def _rekeyed_to(ctx: StoreContext, owner: Manifest, old: str, new: str) -> bool:
+    """Whether the rekey records of ``owner`` (the session the event is an own event of: a
+    fork's inherited event is its ancestor's, whose rekey re-sealed it) lead from ``old`` to
+    ``new``, the event's hash now. Read afresh when the cached records do not: a mismatch is rare."""
+    if canonical_hash(ctx, owner, old) == new:
+        return True
+    ctx.forget_records(owner.sid)
+    return canonical_hash(ctx, owner, old) == new
+
+
 def same_event(ctx: StoreContext, manifest: Manifest, a: str, b: str) -> bool:
     ctx.forget_records(manifest.sid)  # a mismatch is rare: read the records afresh
     return canonical_hash(ctx, manifest, a) == canonical_hash(ctx, manifest, b)
@@ -1036,9 +1046,7 @@ def segment_chain(segments: Iterable[tuple[int, int]], cursor: int, end: int | N
         while ready:
             last, first = -ready[0][0], -ready[0][1]
             wanted = (last if end is None else min(last, end)) - reach + 1
-            if last >= reach and (
-                end is None or end > last or wanted >= _COVERED_EVENTS or 2 * wanted >= last - first + 1
-            ):
+            if last >= reach and (end is None or end > last or wanted >= _COVERED_EVENTS or 2 * wanted >= last - first + 1):
                 break
             heapq.heappop(ready)  # it can never be chosen: drop it
         else:
@@ -1237,9 +1245,7 @@ def own_batches(
             return
         # the tail's page when the loose events start where it does; else the first page's part from
         # the cursor on, or (None) they are listed from the cursor
-        first_page = (
-            tail.result() if tail is not None and cursor == tail_start else _tail_of(ctx, sid, loaded.first_page, cursor)
-        )
+        first_page = tail.result() if tail is not None and cursor == tail_start else _tail_of(ctx, sid, loaded.first_page, cursor)
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
             if seq != expected or listed is None:
@@ -1504,18 +1510,17 @@ def lineage_batches(
             if ancestor.manifest.uid != parent.uid:
                 raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
             if ancestor.meta.tombstone and not reads_deleted_parent(ctx, manifest, ancestor):
-                raise IntegrityError(
-                    manifest.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)"
-                )
+                raise IntegrityError(manifest.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)")
             last: RawEvent | None = None
+            owner = ancestor.manifest  # the session whose own event ``last`` is: the parent's, or an ancestor's
             for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids, _ahead=_ahead):
                 if item[1]:
-                    last = item[1][-1]
+                    owner, last = item[0], item[1][-1]
                 yield item
             if end is None or end >= parent.seq:
                 if last is None or last.seq != parent.seq:
                     raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
-                if last.hash != parent.hash and canonical_hash(ctx, ancestor.manifest, parent.hash) != last.hash:
+                if last.hash != parent.hash and not _rekeyed_to(ctx, owner, parent.hash, last.hash):
                     raise IntegrityError(
                         manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
                     )
