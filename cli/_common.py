@@ -12,13 +12,15 @@ Import order in ``cli/``: ``_common`` imports no other module of the package; ``
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TextIO, TypeVar
+from contextlib import contextmanager
+from typing import IO, Any, TextIO, TypeVar
 
 import click
 import msgspec
@@ -46,20 +48,24 @@ EXIT_CODES: tuple[tuple[type[EvstoreError], int], ...] = (
 
 T = TypeVar("T")
 
-#: Characters never written to a terminal as they are: C0 and C1 controls, DEL, and the
-#: bidirectional overrides and isolates (which reorder what the eye reads).
+#: Characters never written to a terminal as they are: C0 and C1 controls, DEL, the
+#: bidirectional overrides and isolates (which reorder what the eye reads), and surrogates: the
+#: bytes of a file name that are not UTF-8 (a local store's listing, decoded as ``os.fsdecode``
+#: does), which no UTF-8 stream or JSON can hold.
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{_BIDI}]")
-_UNSAFE_KEEPING_NEWLINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_SURROGATES = "\ud800-\udfff"
+_UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]")
+_UNSAFE_KEEPING_NEWLINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]")
+_SURROGATE = re.compile(f"[{_SURROGATES}]")
 #: The same characters as they are in UTF-8 JSON: msgspec escapes the C0 controls in strings,
 #: not DEL, the C1 controls or the bidi marks (each can only stand inside a string there).
-_UNSAFE_JSON = re.compile(
-    b"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
-)
+_UNSAFE_JSON = re.compile(b"\x7f|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8, as os.fsdecode carries it: the byte
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
@@ -67,7 +73,8 @@ def neutral(text: str, *, newlines: bool = False) -> str:
     """``text`` with every terminal control character (escape sequences, carriage returns,
     backspaces, bidi overrides) written as a visible ``\\xNN``/``\\uNNNN`` escape, so stored
     content can never clear the screen, move the cursor or spoof a line. Tabs stay; newlines
-    stay only when ``newlines`` (the caller indents the lines that follow)."""
+    stay only when ``newlines`` (the caller indents the lines that follow). A byte of a file
+    name that is not UTF-8 is written ``\\xNN`` too."""
     return (_UNSAFE_KEEPING_NEWLINES if newlines else _UNSAFE).sub(_escape, text)
 
 
@@ -77,14 +84,61 @@ def json_safe(encoded: bytes) -> bytes:
     return _UNSAFE_JSON.sub(lambda m: b"\\u%04x" % ord(m.group().decode()), encoded)
 
 
+_ENCODER = msgspec.json.Encoder()
+
+
+def json_bytes(value: object, encoder: msgspec.json.Encoder = _ENCODER) -> bytes:
+    """``value`` as JSON (``json_safe``). JSON is UTF-8: a string holding a file name's bytes that
+    are not (surrogates, as ``os.fsdecode`` carries them) has them as ``\\xNN``, the escapes
+    ``neutral`` writes, so the text and the JSON output show such a name alike."""
+    try:
+        encoded = encoder.encode(value)
+    except UnicodeEncodeError:
+        encoded = encoder.encode(_escaped_surrogates(msgspec.to_builtins(value)))
+    return json_safe(encoded)
+
+
+def _escaped_surrogates(value: Any) -> Any:
+    """``value`` (builtins: ``msgspec.to_builtins``) with every surrogate in its strings escaped (``_escape``)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub(_escape, value)
+    if isinstance(value, dict):
+        return {_escaped_surrogates(key): _escaped_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_escaped_surrogates(item) for item in value]
+    return value
+
+
+@contextmanager
+def writing_stdout() -> Iterator[None]:
+    """Around a write to standard output: a write it refuses (a full disk, ``> /dev/full``) is
+    ``CommandError`` exit 2, one line, as for an output file that cannot be written. A closed
+    pipe (``BrokenPipeError``, ``| head``) passes: the command group ends quietly with 0."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise CommandError(f"cannot write to standard output: {error.strerror or error}", 2) from None
+
+
 def say(text: object = "", *, err: bool = False) -> None:
     """One line of output (``click.echo``), every control character in it made visible (``neutral``)."""
-    click.echo(neutral(str(text)), err=err)
+    if err:
+        click.echo(neutral(str(text)), err=True)
+        return
+    echo(neutral(str(text)))
+
+
+def echo(text: str) -> None:
+    """``text`` and a newline on standard output, as it is (``writing_stdout``)."""
+    with writing_stdout():
+        click.echo(text)
 
 
 def say_json(value: object) -> None:
-    """``value`` as one line of JSON (``json_safe``)."""
-    click.echo(json_safe(msgspec.json.encode(value)).decode())
+    """``value`` as one line of JSON (``json_bytes``)."""
+    echo(json_bytes(value).decode())
 
 
 class CommandError(click.ClickException):
@@ -133,6 +187,35 @@ class Context:
 pass_context = click.make_pass_decorator(Context)
 
 
+class FiniteFloat(click.FloatRange):
+    """``click.FloatRange`` that refuses nan and the infinities too: nan compares false with
+    every bound, so a range alone lets it through (and ``--timeout nan`` would never end)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+def not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option's callback: an empty value given explicitly (``--expect "$UNSET"``) is a usage
+    error, not the option left out, which a test ``if value:`` would silently make of it."""
+    if value == "":
+        name = max(param.opts, key=len)
+        raise click.UsageError(f"{name} is empty: give a value, or leave the option out", ctx)
+    return value
+
+
+def is_terminal(stream: IO[Any] | None) -> bool:
+    """Whether ``stream`` is a terminal; False for a closed one (None: Python's ``sys.stderr``
+    when the command starts with file descriptor 2 closed, ``2>&-``)."""
+    try:
+        return stream is not None and stream.isatty()
+    except ValueError:  # a file object closed meanwhile
+        return False
+
+
 class StatusLine:
     """One line of status on a terminal, rewritten in place (``show``) and wiped (``clear``).
 
@@ -166,7 +249,7 @@ class StatusLine:
     @classmethod
     def on_stderr(cls, enabled: bool = True) -> StatusLine:
         """On standard error, when it is a terminal (and ``enabled``)."""
-        return cls(sys.stderr, enabled and sys.stderr.isatty())  # what click.echo(err=True) writes to
+        return cls(sys.stderr, enabled and is_terminal(sys.stderr))  # what click.echo(err=True) writes to
 
     def show(self, text: str) -> None:
         if not self.is_terminal:

@@ -11,7 +11,7 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import IO, Any, BinaryIO
@@ -33,7 +33,7 @@ from evstore._formats import (
 from evstore._html import render_html
 from evstore._ids import validate_session_id
 
-from ._common import CommandError, Context, Progress, exit_code_for, json_safe, say, say_json
+from ._common import CommandError, Context, FiniteFloat, Progress, exit_code_for, is_terminal, json_safe, say, say_json
 from ._output import event_lines, render_text, write_jsonl
 
 #: Largest file ``import`` reads (the events it makes are each within the store's event limit).
@@ -47,7 +47,7 @@ class _NoBar:
 
 def _progress(length: int, label: str) -> AbstractContextManager[Any]:
     """A progress bar (``.update(n)``) on standard error when it is a terminal; nothing when piped."""
-    if sys.stderr.isatty():
+    if is_terminal(sys.stderr):
         return click.progressbar(length=length, label=label, file=sys.stderr)
     return nullcontext(_NoBar())
 
@@ -100,6 +100,22 @@ def check_output_path(path: str) -> None:
         raise InvalidInputError(f"cannot write {path!r}: the folder {folder!r} does not exist (create it first)")
     if os.path.isdir(path):
         raise InvalidInputError(f"cannot write {path!r}: it is a folder; name a file")
+
+
+def _write_output(path: str, chunks: Iterable[bytes]) -> None:
+    """``chunks`` to ``path`` (``_open_output``). A write that fails is exit 2, one line, as for
+    ``writing_stdout``; a closed pipe (``| head``) passes, for the command group to end quietly
+    with 0, as ``replay`` does."""
+    try:
+        with _open_output(path) as out:
+            for chunk in chunks:
+                out.write(chunk)
+            out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        where = "to standard output" if path == "-" else repr(path)
+        raise InvalidInputError(f"cannot write {where}: {exc.strerror or exc}") from None
 
 
 def _open_output(path: str) -> IO[bytes]:
@@ -216,13 +232,7 @@ def export(state: Context, session: str, fmt: str, output: str, every: bool, pre
         chunks = render_jsonl(messages)
     if output == "-":  # a terminal perhaps: the same JSON, nothing in it acts on the terminal
         chunks = map(json_safe, chunks)
-    try:
-        with _open_output(output) as out:
-            for chunk in chunks:
-                out.write(chunk)
-            out.flush()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    _write_output(output, chunks)
     if rewinds:
         say(
             f"evstore: note: {session} has {rewinds} rewinds; the export holds every message as written,"
@@ -244,12 +254,7 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
     events = list(store.replay(session, end=verified.receipt.seq))
     generated = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     page = render_html(session, events, verified=verified, info=info, generated=generated, failure=failure).encode()
-    try:
-        with _open_output(output) as out:
-            out.write(page)
-            out.flush()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot write {output!r}: {exc.strerror or exc}") from None
+    _write_output(output, [page])
     if as_json:
         summary: dict[str, object] = {"session": session, "events": len(events), "receipt": str(verified.receipt)}
         if failure is not None:
@@ -258,9 +263,7 @@ def _export_html(store: Store, session: str, output: str, as_json: bool) -> None
     if failure is not None:
         where = "standard output" if output == "-" else repr(output)
         part = f"the verified part (seq {events[0].seq} to {events[-1].seq})" if events else "no verified events"
-        raise CommandError(
-            f"{failure}; the report was written to {where}: {part}, then the failure", exit_code_for(failure)
-        )
+        raise CommandError(f"{failure}; the report was written to {where}: {part}, then the failure", exit_code_for(failure))
 
 
 def _export_parquet(state: Context, destination: str, *, fmt: str, output: str, every: bool, prefix: str, as_json: bool) -> None:
@@ -338,9 +341,9 @@ def follow(
 )
 @click.option("--from", "start", type=click.IntRange(min=1), help="Start at this seq instead.")
 @click.option("--format", "fmt", type=click.Choice(["text", "jsonl"]), default="text", show_default=True)
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--interval", type=FiniteFloat(min=0.05, max=3600), default=1.0, show_default=True, help="Seconds between polls.")
 @click.option("--max-events", type=click.IntRange(min=1), help="Stop after printing this many events.")
-@click.option("--timeout", type=click.FloatRange(min=0), help="Stop following after this many seconds.")
+@click.option("--timeout", type=FiniteFloat(min=0), help="Stop following after this many seconds.")
 @click.pass_obj
 def tail(
     state: Context,

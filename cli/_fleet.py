@@ -22,7 +22,7 @@ from datetime import datetime
 
 from evstore._fleet import STATUSES
 
-from ._common import CommandError, Context, StatusLine, say, say_json
+from ._common import CommandError, Context, StatusLine, is_terminal, say, say_json
 
 _LABEL = {"ok": "ok", "tampered": "TAMPERED", "expired": "expired", "deleted": "deleted", "unreadable": "UNREADABLE"}
 
@@ -88,7 +88,7 @@ def verify_all(
     counts: Counter[str] = Counter()
     line = StatusLine.on_stderr() if line is None else line
     if lines_to_terminal is None:
-        lines_to_terminal = sys.stdout.isatty()
+        lines_to_terminal = is_terminal(sys.stdout)
     if listed is None and line.is_terminal and since is None:
         listed = Listed(state.store.list_sessions(prefix, start_after=resume_from))
     try:

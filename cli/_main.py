@@ -26,7 +26,20 @@ from evstore import (
 )
 from evstore._context import FENCE_HOLD
 
-from ._common import CommandError, Context, Progress, counted, exit_code_for, json_safe, pass_context, say, say_json
+from ._common import (
+    CommandError,
+    Context,
+    Progress,
+    counted,
+    echo,
+    exit_code_for,
+    is_terminal,
+    json_safe,
+    not_empty,
+    pass_context,
+    say,
+    say_json,
+)
 from ._doctor import register as register_doctor
 from ._ecosystem import check_output_path, register
 from ._fleet import verify_all
@@ -94,12 +107,14 @@ class Group(click.Group):
     "store_url",
     envvar="EVSTORE_STORE",
     metavar="URL",
+    callback=not_empty,
     help="s3://bucket[/root], file:///path or memory:// (default: $EVSTORE_STORE, else a local data directory).",
 )
 @click.option(
     "--endpoint-url",
     envvar="AWS_ENDPOINT_URL",
     metavar="URL",
+    callback=not_empty,
     help="S3 endpoint for MinIO, Ceph, moto or any S3-compatible server (default: $AWS_ENDPOINT_URL).",
 )
 @network_options
@@ -120,7 +135,7 @@ session_argument = click.argument("session")
 
 
 def _stdin_is_terminal() -> bool:
-    return sys.stdin.isatty()
+    return is_terminal(sys.stdin)
 
 
 def _read_input(text: str | None, limit: int) -> str:
@@ -138,10 +153,13 @@ def _read_input(text: str | None, limit: int) -> str:
 
 
 class Batch(msgspec.Struct):
-    """Messages for one event; ``seq``: the event's seq in a replayed session (None for plain lines)."""
+    """Messages for one event; ``seq``: the event's seq in a replayed session (None for plain lines);
+    ``line``: the input's line its first message is on, from 1 as errors name it (its
+    ``--idempotency-key`` is ``KEY:N`` with N = line - 1: keys count lines from 0, as they always have)."""
 
     messages: list[evstore.Message]
     seq: int | None = None
+    line: int = 0
 
 
 class Rewind(msgspec.Struct, frozen=True):
@@ -150,6 +168,13 @@ class Rewind(msgspec.Struct, frozen=True):
     to_seq: int
     keep: int | None = None
     seq: int | None = None
+
+
+def input_lines(text: str) -> list[str]:
+    """``text``'s lines as a file has them: split at "\\n" only (a "\\r" before it dropped), so line N
+    is the file's line N. ``str.splitlines`` would also split at U+2028, U+2029, \\x0c, \\x1c and
+    others, which a JSON string may hold raw (``replay --format jsonl`` writes U+2028 as it is)."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
@@ -189,7 +214,7 @@ def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
             yield batch
             batch = None
         if batch is None:
-            batch = Batch([], key[1] if isinstance(key, tuple) else None)
+            batch = Batch([], key[1] if isinstance(key, tuple) else None, number)
         batch.messages.append(message)
         batch_key = key
     if batch is not None:
@@ -235,7 +260,8 @@ def append(
 
     A SESSION that was deleted or has expired is refused (exit 3, 6): --new starts a new
     session under a deleted one's id. The message is TEXT, or standard input when TEXT is
-    absent. With --idempotency-key and --jsonl, line N (from 0) is keyed KEY:N.
+    absent. With --idempotency-key and --jsonl, the event of line N (from 0, the input's line
+    counted; its first line for consecutive lines of one replayed seq) is keyed KEY:N.
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
@@ -248,7 +274,7 @@ def append(
     raw = _read_input(text, store.max_event_bytes * (64 if as_jsonl else 1))
     entries: list[Batch | Rewind]
     if as_jsonl:
-        entries = list(parse_jsonl_entries(raw.splitlines()))
+        entries = list(parse_jsonl_entries(input_lines(raw)))
         if not any(isinstance(entry, Batch) for entry in entries):
             raise InvalidInputError("no messages in the input")
     elif as_json:
@@ -282,7 +308,7 @@ def append(
             mapped = max((seq for seq in new_seq if seq <= entry.to_seq), default=None)
             seq = writer.rewind(base if mapped is None else new_seq[mapped], keep=entry.keep, expected_head=expected)
         else:
-            key = None if idempotency_key is None else idempotency_key if not as_jsonl else f"{idempotency_key}:{i}"
+            key = None if idempotency_key is None else idempotency_key if not as_jsonl else f"{idempotency_key}:{entry.line - 1}"
             seq = writer.append(entry.messages, expected_head=expected, idempotency_key=key)
         if entry.seq is not None:
             new_seq[entry.seq] = seq
@@ -362,7 +388,7 @@ def replay(state: Context, session: str, fmt: str, view: str, repair: str, start
         lines: Iterator[dict[str, Any]] = ({"message": m} for m in store.context(session, repair=repair))  # type: ignore[arg-type]
     else:
         lines = event_lines(store.replay(session, start=start, end=end), session)
-    if not sys.stdout.isatty():  # replaying into a file or pipe: count on a watching terminal
+    if not is_terminal(sys.stdout):  # replaying into a file or pipe: count on a watching terminal
         lines = counted(lines, Progress(unit="messages"))
     if fmt == "jsonl":
         write_jsonl(lines)
@@ -501,6 +527,7 @@ def rewind(state: Context, session: str, to_seq: int) -> None:
 @click.option(
     "--expect",
     metavar="SEQ:HASH|FILE",
+    callback=not_empty,
     help="Fail (exit 5) unless the session still extends this receipt, or the tree head in FILE (from tree-head; - reads stdin).",
 )
 @click.option("--full", is_flag=True, help="With a tree head: check it against every event, not the checkpoint objects.")
@@ -508,7 +535,11 @@ def rewind(state: Context, session: str, to_seq: int) -> None:
 @click.option("--receipt", "receipt_only", is_flag=True, help="Print only the receipt, SEQ:HASH (for --expect later).")
 @click.option("--all", "every", is_flag=True, help="Verify every session of the store (not SESSION), a line each.")
 @click.option("--prefix", default="", help="With --all: only sessions whose id starts with this.")
-@click.option("--since", help="With --all: only sessions written to at or after this date (YYYY-MM-DD or RFC 3339).")
+@click.option(
+    "--since",
+    callback=not_empty,
+    help="With --all: only sessions written to at or after this date (YYYY-MM-DD or RFC 3339).",
+)
 @click.option("--resume-from", default="", metavar="ID", help="With --all: start after this session id.")
 @pass_context
 def verify(
@@ -531,25 +562,25 @@ def verify(
     else 1 if any could not be read.
     """
     if every:
-        if session or expect or receipt_only:
+        if session is not None or expect is not None or receipt_only:
             raise click.UsageError("--all checks every session: give no SESSION, --expect or --receipt")
         from evstore._retention import parse_time
 
-        moment = parse_time(since) if since else None
+        moment = parse_time(since) if since is not None else None
         verify_all(state, prefix=prefix, since=moment, resume_from=resume_from, as_json=as_json)
         return
     if session is None:
         raise click.UsageError("give SESSION, or --all")
-    if prefix or since or resume_from:
+    if prefix or since is not None or resume_from:
         raise click.UsageError("--prefix, --since and --resume-from go with --all")
     if as_json and receipt_only:
         raise click.UsageError("--json and --receipt exclude each other")
-    if expect and not is_receipt(expect):
+    if expect is not None and not is_receipt(expect):
         verify_tree_head(state, session, expect, full=full, as_json=as_json, receipt_only=receipt_only)
         return
     if full:
         raise click.UsageError("--full goes with --expect FILE (a tree head): verify reads every event already")
-    expected = Receipt.parse(expect) if expect else None
+    expected = Receipt.parse(expect) if expect is not None else None
     result = state.store.verify(session, expect=expected)
     if receipt_only:
         say(str(result.receipt))
@@ -644,7 +675,11 @@ def shred(state: Context, session: str, include_forks: bool) -> None:
 )
 @click.option("--prefix", default="", help="Only sessions whose id starts with this.")
 @click.option(
-    "--now", "now_text", metavar="TIME", help="Evaluate as of this time (YYYY-MM-DD or RFC 3339); for previews and tests."
+    "--now",
+    "now_text",
+    metavar="TIME",
+    callback=not_empty,
+    help="Evaluate as of this time (YYYY-MM-DD or RFC 3339); for previews and tests.",
 )
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--verbose", "-v", is_flag=True, help="Print every object removed (always, with --dry-run).")
@@ -679,7 +714,7 @@ def gc(
         apply_lifecycle=apply_lifecycle,
         keep=keep,
         prefix=prefix,
-        now=parse_time(now_text) if now_text else None,
+        now=parse_time(now_text) if now_text is not None else None,
         on_remove=on_remove,
     )
     progress.clear()
@@ -730,7 +765,7 @@ def lifecycle_apply(state: Context, ephemeral_days: int) -> None:
 @pass_context
 def lifecycle_show(state: Context) -> None:
     """Print the bucket's lifecycle rules as JSON."""
-    click.echo(json_safe(msgspec.json.format(msgspec.json.encode(state.store.lifecycle_rules()), indent=2)).decode())
+    echo(json_safe(msgspec.json.format(msgspec.json.encode(state.store.lifecycle_rules()), indent=2)).decode())
 
 
 @lifecycle.command("preview")
@@ -754,13 +789,17 @@ def lifecycle_preview(state: Context, at_text: str, as_json: bool) -> None:
 
 @cli.command()
 @click.option(
-    "--keyring", "keyring_path", type=click.Path(dir_okay=False), help="Add the key to this keyring file and make it active."
+    "--keyring",
+    "keyring_path",
+    type=click.Path(dir_okay=False),
+    callback=not_empty,
+    help="Add the key to this keyring file and make it active.",
 )
-@click.option("--key-id", help="Key id for the keyring (default: derived from the key).")
+@click.option("--key-id", callback=not_empty, help="Key id for the keyring (default: derived from the key).")
 def keygen(keyring_path: str | None, key_id: str | None) -> None:
     """Print a new master key (base64), or add one to a keyring file and make it active."""
     if keyring_path is None:
-        if key_id:
+        if key_id is not None:
             raise click.UsageError("--key-id needs --keyring")
         say(evstore.generate_key())
         return
@@ -773,7 +812,17 @@ def keygen(keyring_path: str | None, key_id: str | None) -> None:
 
 
 def main() -> None:
+    _open_closed_streams()
     cli(prog_name="evstore")
+
+
+def _open_closed_streams() -> None:
+    """A standard stream closed when the command starts (``2>&-``, ``>&-``) is None in ``sys``:
+    it becomes the null device, so reads find nothing and writes go nowhere (what ``click.echo``
+    does with no stream) instead of failing on None."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115  # open for the life of the process
 
 
 register(cli)

@@ -3,7 +3,8 @@
 
 Each option left out falls back to its environment variable (``EVSTORE_CONNECT_TIMEOUT``,
 ...), then to the library's default: the library reads the environment, so the two ways
-of setting a value cannot disagree. Imports click, evstore and ``_common`` (for ``say``).
+of setting a value cannot disagree; the options' bounds are the library's. Imports click, evstore
+and ``_common``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from typing import Any, TypeVar
 
 import click
 
-from ._common import say
+from ._common import FiniteFloat, is_terminal, say
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SECONDS = click.FloatRange(min=0, min_open=True, max=3600)
+#: The library's bound for each of them (``evstore._backends._retry``): above 0, at most 3600 s.
+_SECONDS = FiniteFloat(min=0, min_open=True, max=3600)
 OPTIONS = (
     click.option(
         "--connect-timeout",
@@ -40,7 +42,7 @@ OPTIONS = (
     ),
     click.option(
         "--retry-deadline",
-        type=click.FloatRange(min=0, min_open=True, max=86400),
+        type=_SECONDS,
         metavar="SECONDS",
         help="No retry starts later than this after a request's first attempt (default: $EVSTORE_RETRY_DEADLINE, else 20).",
     ),
@@ -72,6 +74,6 @@ def open_options(
         "retry_deadline": retry_deadline,
     }
     options: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
-    if sys.stderr.isatty():
+    if is_terminal(sys.stderr):
         options["on_retry"] = note_retry
     return options

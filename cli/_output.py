@@ -7,13 +7,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
-import click
 import msgspec
 
 from evstore import Event, SessionInfo
 from evstore._codec import RewindBody
 
-from ._common import json_safe, neutral, say
+from ._common import echo, json_bytes, neutral, say, writing_stdout
 
 
 def event_lines(events: Iterable[Event], session_id: str) -> Iterator[dict[str, Any]]:
@@ -28,21 +27,31 @@ def event_lines(events: Iterable[Event], session_id: str) -> Iterator[dict[str, 
 
 
 def write_jsonl(lines: Iterable[dict[str, Any]]) -> None:
+    """A JSON object per line on standard output (``writing_stdout``: only the writes, never the
+    reads that make ``lines``, are taken for standard output's failures)."""
     encoder = msgspec.json.Encoder()
     out: BinaryIO = sys.stdout.buffer
     for line in lines:
-        out.write(json_safe(encoder.encode(line)) + b"\n")
-    out.flush()
+        data = json_bytes(line, encoder) + b"\n"
+        with writing_stdout():
+            out.write(data)
+    with writing_stdout():
+        out.flush()
 
 
 def write_json(lines: Iterable[dict[str, Any]]) -> None:
+    """One JSON array on standard output, an element per line (as ``write_jsonl``)."""
     encoder = msgspec.json.Encoder()
     out: BinaryIO = sys.stdout.buffer
-    out.write(b"[")
+    with writing_stdout():
+        out.write(b"[")
     for i, line in enumerate(lines):
-        out.write((b",\n" if i else b"\n") + json_safe(encoder.encode(line)))
-    out.write(b"\n]\n")
-    out.flush()
+        data = (b",\n" if i else b"\n") + json_bytes(line, encoder)
+        with writing_stdout():
+            out.write(data)
+    with writing_stdout():
+        out.write(b"\n]\n")
+        out.flush()
 
 
 def _compact_json(value: Any) -> str:
@@ -125,7 +134,7 @@ def render_text(lines: Iterable[dict[str, Any]]) -> None:
         if "rewind" in line:
             rewind = line["rewind"]
             keep = f" keeping {rewind['keep']} of its messages" if rewind.get("keep") is not None else ""
-            click.echo(f"{seq}(rewind to seq {rewind['to_seq']}{keep})")
+            echo(f"{seq}(rewind to seq {rewind['to_seq']}{keep})")
             continue
         message = line["message"]
         role = str(message.get("role", "?"))
@@ -136,7 +145,7 @@ def render_text(lines: Iterable[dict[str, Any]]) -> None:
             role += f" [{message['tool_call_id']}]"
         prefix = f"{seq}{neutral(role)}: "
         text = neutral(_text_of(message), newlines=True)
-        click.echo(prefix + text.replace("\n", "\n" + " " * len(prefix)))
+        echo(prefix + text.replace("\n", "\n" + " " * len(prefix)))
 
 
 def info_json(info: SessionInfo) -> dict[str, Any]:

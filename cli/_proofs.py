@@ -17,9 +17,10 @@ from evstore import InvalidInputError
 from evstore._crypto import open_regular_file
 from evstore._proofs import MAX_PROOF_BYTES, InclusionProof, Proof, TreeHead, check_proof, from_json, to_json
 
-from ._common import CommandError, Context, pass_context, say, say_json
+from ._common import CommandError, Context, echo, not_empty, pass_context, say, say_json
 
 _CHECKPOINT_HELP = "Use the newest checkpoint object (written at compaction every 256 events): a few requests."
+
 
 @click.command("tree-head")
 @click.argument("session")
@@ -70,7 +71,7 @@ def prove(state: Context, session: str, seq: int | None, since_size: int | None,
         if checkpoint:  # the newest checkpoint's size, then the proof from checkpoint objects
             size = state.store.tree_head(session, checkpoint=True).size
         proof = state.store.prove_consistency(session, since_size, size=size)
-    click.echo(to_json(proof).decode())  # hex, digits and a validated session id: nothing to neutralize
+    echo(to_json(proof).decode())  # hex, digits and a validated session id: nothing to neutralize
 
 
 def _read(file: str, what: str) -> bytes:
@@ -82,7 +83,13 @@ def _read(file: str, what: str) -> bytes:
 
 @click.command("check-proof")
 @click.argument("file", default="-")
-@click.option("--tree-head", "head_file", metavar="FILE", help="The tree head you trust (from tree-head): the proof is for it.")
+@click.option(
+    "--tree-head",
+    "head_file",
+    metavar="FILE",
+    callback=not_empty,
+    help="The tree head you trust (from tree-head): the proof is for it.",
+)
 def check_proof_command(file: str, head_file: str | None) -> None:
     """Check a proof from ``prove`` (FILE, or - for standard input): exit 0 when it holds, 5 when
     it does not. Needs no store and no key. With --tree-head, an inclusion proof must be for
@@ -90,7 +97,9 @@ def check_proof_command(file: str, head_file: str | None) -> None:
     size are taken at its word."""
     try:
         proof = from_json(_read(file, "proof file"))
-        trusted = TreeHead.from_checkpoint(_read(head_file, "tree head").decode("utf-8", "replace")) if head_file else None
+        trusted = (
+            TreeHead.from_checkpoint(_read(head_file, "tree head").decode("utf-8", "replace")) if head_file is not None else None
+        )
     except InvalidInputError as exc:
         raise CommandError(str(exc), 2) from None
     if not check_proof(proof, trusted):
