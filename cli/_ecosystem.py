@@ -313,7 +313,14 @@ def _export_parquet(state: Context, destination: str, *, fmt: str, output: str, 
         raise CommandError(f"{unexported} sessions could not be exported (no key for them, or unreadable)", 1)
 
 
-_SKIPPED = {"tampered": "TAMPERED", "expired": "expired", "deleted": "deleted", "locked": "LOCKED", "unreadable": "UNREADABLE"}
+_SKIPPED = {
+    "tampered": "TAMPERED",
+    "expired": "expired",
+    "deleted": "deleted",
+    "remnant": "remnant",
+    "locked": "LOCKED",
+    "unreadable": "UNREADABLE",
+}
 
 
 # ---- tail -------------------------------------------------------------------

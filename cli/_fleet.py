@@ -24,7 +24,14 @@ from evstore._fleet import STATUSES
 
 from ._common import CommandError, Context, StatusLine, is_terminal, say, say_json
 
-_LABEL = {"ok": "ok", "tampered": "TAMPERED", "expired": "expired", "deleted": "deleted", "unreadable": "UNREADABLE"}
+_LABEL = {
+    "ok": "ok",
+    "tampered": "TAMPERED",
+    "expired": "expired",
+    "deleted": "deleted",
+    "remnant": "remnant",
+    "unreadable": "UNREADABLE",
+}
 
 
 class Listed:

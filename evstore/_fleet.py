@@ -9,10 +9,12 @@ has seen is a place to start again from (``start_after``) after a crash, and at 
 Each session ends in one status: ``ok``; ``tampered`` (an ``IntegrityError``: a broken chain, a
 forged or planted object, a hole); ``expired`` (its first events or its manifest gone, as the
 bucket's lifecycle rules remove them); ``deleted`` (remnants of a delete that gc has yet to
-remove); ``unreadable`` (anything else: the store failed, a key is refused). ``since``: only
-sessions with an object written at or after it, from one flat LIST of the store's objects per
-1,000 (what a create-only principal adds to a session is such an object, so a session it
-tampered with since is among them).
+remove); ``remnant`` (objects under an id that has no manifest: no session, only what gc
+removes, which anyone who may create objects can make, so it fails no run); ``unreadable``
+(anything else: the store failed, a key is refused). ``since``: only sessions with an object
+written at or after it, from one flat LIST of the store's objects per 1,000 (what a
+create-only principal adds to a session is such an object, so a session it tampered with since
+is among them).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 
 #: Sessions verified at once by default.
 DEFAULT_CONCURRENCY = 8
-STATUSES = ("ok", "tampered", "expired", "deleted", "unreadable")
+STATUSES = ("ok", "tampered", "expired", "deleted", "remnant", "unreadable")
 
 
 class SessionVerdict(msgspec.Struct, frozen=True):
@@ -57,7 +59,7 @@ def verdict(ctx: StoreContext, session_id: str) -> SessionVerdict:
     except SessionExpiredError as exc:
         return SessionVerdict(session_id, "expired", str(exc))
     except SessionNotFoundError as exc:
-        return SessionVerdict(session_id, "deleted" if exc.deleted else "unreadable", str(exc))
+        return SessionVerdict(session_id, "deleted" if exc.deleted else "remnant", str(exc))
     except EvstoreError as exc:
         return SessionVerdict(session_id, "unreadable", str(exc))
     return SessionVerdict(session_id, "ok", events=result.events, receipt=str(result.receipt))

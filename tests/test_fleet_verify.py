@@ -96,11 +96,11 @@ def test_the_command_reports_each_session_and_fails_on_tampering(tmp_path: Path)
         ["ok", "ok-3:"],
         ["TAMPERED", "tampered:"],
     ]
-    assert lines[-1] == "summary: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"
+    assert lines[-1] == "summary: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 remnant, 0 unreadable"
     code, out, _ = _run(store, "--all", "--json", "--prefix", "ok-")
     rows = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [r.get("status") for r in rows[:-1]] == ["ok", "ok", "ok"]
-    assert rows[-1] == {"summary": {"ok": 3, "tampered": 0, "expired": 0, "deleted": 0, "unreadable": 0}}
+    assert rows[-1] == {"summary": {"ok": 3, "tampered": 0, "expired": 0, "deleted": 0, "remnant": 0, "unreadable": 0}}
     code, out, _ = _run(store, "--all", "--resume-from", "ok-3")
     assert code == 5 and [line.split()[1] for line in out.splitlines()[:-1]] == ["tampered:"]
     assert _run(store, "--all", "ok-1")[0] == 2
@@ -126,7 +126,7 @@ def test_verify_all_costs_a_listing_page_then_a_manifest_two_lists_and_the_event
 # ---- the status line on a terminal ---------------------------------------------------------------
 
 WIPE = StatusLine.WIPE
-FLEET_TALLY = "verify --all: 6/6 sessions checked: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"
+FLEET_TALLY = "verify --all: 6/6 sessions checked: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 remnant, 0 unreadable"
 
 
 class FakeTerminal(io.StringIO):
@@ -174,7 +174,8 @@ def _failing() -> Iterator[str]:
 
 def test_the_total_is_what_the_listing_found_so_far() -> None:
     counts = {"ok": 2, "tampered": 1}
-    assert fleet_cli.tally(counts) == "verify --all: 3 sessions checked: 2 ok, 1 tampered, 0 expired, 0 deleted, 0 unreadable"
+    checked = "2 ok, 1 tampered, 0 expired, 0 deleted, 0 remnant, 0 unreadable"
+    assert fleet_cli.tally(counts) == f"verify --all: 3 sessions checked: {checked}"
     assert fleet_cli.tally(counts, _listed(5)).startswith("verify --all: 3/5 sessions checked: 2 ok")
     counting = fleet_cli.Listed(_forever())
     counting.stop()
@@ -317,4 +318,17 @@ def test_the_real_command_shows_the_status_line_on_a_terminal_only(tmp_path: Pat
     wipe = WIPE.encode()
     assert re.match(rb"\r\x1b\[Kverify --all: 0/\d\+? sessions checked: 0 ok, 0 tampered", screen), screen
     assert screen.endswith(wipe + b"evstore: 1 sessions failed verification (tampered)\r\n")
-    assert b"\x1b" not in out and out.decode().splitlines()[-1] == "summary: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 unreadable"
+    assert b"\x1b" not in out and out.decode().splitlines()[-1] == (
+        "summary: 3 ok, 1 tampered, 1 expired, 1 deleted, 0 remnant, 0 unreadable"
+    )
+
+
+def test_an_object_planted_under_an_id_without_a_manifest_is_a_remnant_not_a_failed_run(tmp_path: Path) -> None:
+    store = Store(LocalStore(tmp_path))
+    store.create("real").append({"role": "user", "content": "hi"})
+    store.backend.create("sessions/jj/zzz", b"junk")  # what one who may create objects can plant
+    found = {v.session_id: v.status for v in store.verify_all()}
+    assert found == {"jj": "remnant", "real": "ok"}
+    result = CliRunner().invoke(cli, ["--store", f"file://{tmp_path}", "verify", "--all"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == "summary: 1 ok, 0 tampered, 0 expired, 0 deleted, 1 remnant, 0 unreadable"

@@ -95,7 +95,7 @@ def test_every_verified_event_is_one_row_and_nothing_else(fleet: Path, tmp_path:
         ("sealed-1", "exported"),
         ("tampered", "tampered"),
     ]
-    assert report.counts == {"exported": 5, "tampered": 1, "expired": 1, "deleted": 1, "locked": 1, "unreadable": 0}
+    assert report.counts == {"exported": 5, "tampered": 1, "expired": 1, "deleted": 1, "remnant": 0, "locked": 1, "unreadable": 0}
     assert [o.session_id for o in report.skipped] == ["deleted", "expired", "locked", "tampered"]
     assert "seq 3" in report.skipped[-1].detail and "'k2'" in report.skipped[2].detail
     out = tmp_path / "out"
@@ -210,7 +210,8 @@ def test_the_command_reports_skipped_sessions_and_exits_5_on_tampering(fleet: Pa
         ["TAMPERED", "tampered:"],
     ]
     assert (
-        lines[-1].startswith("exported 14 events of 5 sessions to ") and "1 tampered, 1 expired, 1 deleted, 1 locked" in lines[-1]
+        lines[-1].startswith("exported 14 events of 5 sessions to ") and "1 tampered, 1 expired, 1 deleted, 0 remnant, 1 locked"
+        in lines[-1]
     )
     assert result.stderr.startswith("evstore: 1 sessions failed verification (tampered)")
     # the locked session alone: exit 1 (the export is incomplete), with --json lines
@@ -349,3 +350,11 @@ def test_a_local_write_that_fails_is_one_error(fleet: Path, tmp_path: Path, monk
         f"evstore: cannot write the export to '{tmp_path / 'out'}': No space left on device"
     ]
     assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []
+
+
+def test_an_object_planted_under_an_id_without_a_manifest_is_a_remnant_not_a_failed_export(tmp_path: Path) -> None:
+    store = Store(LocalStore(tmp_path / "store"))
+    store.create("real").append({"role": "user", "content": "hi"})
+    store.backend.create("sessions/jj/zzz", b"junk")  # what one who may create objects can plant
+    report = parquet.export(store, tmp_path / "out")
+    assert report.counts["exported"] == 1 and report.counts["remnant"] == 1 and report.counts["unreadable"] == 0

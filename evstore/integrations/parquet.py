@@ -30,8 +30,9 @@ What it writes, a contract the tests check:
   so no reader ever sees half a file.
 
 Each session ends in one status (``STATUSES``): ``exported``; ``tampered`` (``IntegrityError``);
-``expired``; ``deleted``; ``locked`` (no key for its events); ``unreadable`` (the store failed,
-or an event's time is no RFC 3339 time). The report counts them and keeps every skipped one.
+``expired``; ``deleted``; ``remnant`` (objects under an id without a manifest); ``locked`` (no
+key for its events); ``unreadable`` (the store failed, or an event's time is no RFC 3339 time).
+The report counts them and keeps every skipped one.
 
 pyarrow is optional (the ``parquet`` extra) and imported only when an export runs:
 ``import evstore`` never loads it, nor does importing this module.
@@ -84,7 +85,7 @@ SPOOL_BYTES = 8 << 20
 #: Sessions read at once by default.
 DEFAULT_CONCURRENCY = 8
 
-STATUSES = ("exported", "tampered", "expired", "deleted", "locked", "unreadable")
+STATUSES = ("exported", "tampered", "expired", "deleted", "remnant", "locked", "unreadable")
 
 INSTALL_HINT = "pip install 'evstore[parquet]'"
 
@@ -473,7 +474,7 @@ def _outcome(session_id: str, exc: EvstoreError) -> SessionOutcome:
     if isinstance(exc, SessionExpiredError):
         return SessionOutcome(session_id, "expired", str(exc))
     if isinstance(exc, SessionNotFoundError):
-        return SessionOutcome(session_id, "deleted" if exc.deleted else "unreadable", str(exc))
+        return SessionOutcome(session_id, "deleted" if exc.deleted else "remnant", str(exc))
     if isinstance(exc, KeyRequiredError):
         return SessionOutcome(session_id, "locked", str(exc))
     return SessionOutcome(session_id, "unreadable", str(exc))
