@@ -186,6 +186,7 @@ def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
     """
     batch: Batch | None = None
     batch_key: object = None
+    plain = 0  # the line of the first plain message line, if any
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -197,6 +198,11 @@ def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
             keep: Any = rewind.get("keep") if isinstance(rewind, dict) else None
             if not _is_count(to_seq) or not (keep is None or _is_count(keep)):
                 raise InvalidInputError(f"line {number}: a rewind line needs an integer to_seq (and keep) of 0 or more")
+            if plain:  # its to_seq names a replayed session's seq, which a plain message has none of
+                raise InvalidInputError(
+                    f"line {number}: a rewind line follows plain message lines (line {plain}), which carry no seq"
+                    " for its to_seq to name: rewind with `evstore rewind`"
+                )
             if batch is not None:
                 yield batch
                 batch = None
@@ -213,6 +219,8 @@ def parse_jsonl_entries(lines: Iterable[str]) -> Iterator[Batch | Rewind]:
         if batch is not None and (key is None or key != batch_key):
             yield batch
             batch = None
+        if key is None and not plain:
+            plain = number
         if batch is None:
             batch = Batch([], key[1] if isinstance(key, tuple) else None, number)
         batch.messages.append(message)

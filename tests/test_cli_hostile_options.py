@@ -266,3 +266,11 @@ def test_a_full_standard_output_is_exit_2_in_one_line(store_path: Path, command:
         done = run_process(store_path, *command, stdout=full, stderr=subprocess.PIPE)
     assert done.returncode == 2, done
     assert done.stderr.decode().splitlines() == ["evstore: cannot write to standard output: No space left on device"]
+
+
+def test_a_rewind_line_after_plain_message_lines_is_exit_2_and_appends_nothing(run: Run) -> None:
+    data = f"{json.dumps(msg('one'))}\n{json.dumps(msg('two'))}\n" + json.dumps({"rewind": {"to_seq": 1}}) + "\n"
+    result = run("append", "p", "--jsonl", input=data)
+    assert result.exit_code == 2, result.output
+    assert "line 3: a rewind line follows plain message lines (line 1)" in result.output
+    assert run("replay", "p").exit_code == 3  # nothing appended: the session was never made
