@@ -110,8 +110,15 @@ _GROUP_BYTES = 32 * 1024 * 1024
 #: Names per LIST page of the loose events a chain of segments covers (S3's most): the pages
 #: go out side by side with the segment GETs, one per this many events (``_listed_md5s``).
 _LISTED = 1000
-#: A segment's listed (compressed) size times this is what a read counts it to hold in memory.
+#: A segment's listed (compressed) size times this is what a read counts it to hold once
+#: decompressed, when it groups segments (``_GROUP_BYTES``). Segments in flight are counted at their
+#: listed size: they are decompressed one at a time, as the reader checks them.
 _EXPANSION = 8
+#: When the loose tail after the segments is not on the first page of names listed with the
+#: manifest, the GETs of its first this many seqs go out with the segment GETs, beside the LIST that
+#: names its events, not a round after it (those past the head answer 404 and are dropped): automatic
+#: compaction (``DEFAULT_AUTO_COMPACT``) leaves fewer loose events than this after its newest segment.
+_TAIL_GUESS = 32
 #: A read that ends inside a segment takes it when it wants at least this many of its events (or
 #: half of them); fewer are read as loose events, a GET each. A read that goes on past a segment
 #: always takes it: its loose events would cost a GET each where the segment costs one
@@ -339,7 +346,12 @@ def load(
     page = ctx.executor().submit(_list_first, ctx, session_id) if first_page and not found else None
     listings = [] if found else _send_listings(ctx, session_id, upto, every)  # with the manifest GET
     try:
-        found = found or read_manifest(ctx, session_id)
+        if page is not None:  # a read from seq 1: the threads of its next round start while this one is on its way
+            manifest = ctx.executor().submit(read_manifest, ctx, session_id)
+            ctx.warm_while([manifest, page, *listings])
+            found = manifest.result()
+        elif found is None:
+            found = read_manifest(ctx, session_id)
         loaded = _loaded(ctx, session_id, found, listings or _send_listings(ctx, session_id, upto, every), deleted_ok)
     except BaseException:
         if page is not None and not page.cancel():
@@ -818,16 +830,18 @@ def _loose_events(
 
 
 class _EarlyGets:
-    """GETs of the loose tail's first events, sent from the pool as soon as the tail's LIST
-    answers and the segment GETs' first window has gone out (so they queue behind those and
-    wait for no segment decode). ``take`` hands one over to the stream that reads its seq;
-    after ``close`` none is sent, and those not taken are cancelled."""
+    """GETs of the loose tail's first events, sent from the pool as soon as the segment GETs'
+    first window has gone out (so they queue behind those and wait for no segment decode): the
+    guessed seqs' at once (``_TAIL_GUESS``), the rest when the tail's LIST names them. ``take``
+    hands one over to the stream that reads its seq; after ``close`` none is sent, and those not
+    taken are cancelled."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
         self._released = threading.Event()
         self._futures: dict[int, Future[bytes | None]] = {}
+        self._sent: set[int] = set()
 
     def release(self) -> None:
         """The segment GETs that go first are queued: the early GETs may follow."""
@@ -837,10 +851,13 @@ class _EarlyGets:
         self._released.wait()
 
     def send(self, seq: int, submit: Callable[[], Future[bytes | None]]) -> bool:
+        """Send the GET of ``seq`` (``submit``) unless one was sent already; False once closed."""
         with self._lock:
             if self._closed:
                 return False
-            self._futures[seq] = submit()
+            if seq not in self._sent:
+                self._sent.add(seq)
+                self._futures[seq] = submit()
             return True
 
     def take(self, seq: int) -> Future[bytes | None] | None:
@@ -858,13 +875,13 @@ class _EarlyGets:
 
 
 def _segment_bytes(ctx: StoreContext, key: str) -> bytes | None:
-    """A segment's packed bytes (decompressed); None when it is gone, too large or unreadable
-    (the loose events stand for it)."""
+    """A segment's stored bytes (compressed: ``expand_segment`` unpacks them, as the reader
+    checks it, one at a time); None when it is gone, too large or unreadable (the loose events
+    stand for it)."""
     try:
-        stored = ctx.backend.get(key, max_bytes=MAX_SEGMENT_BYTES).data
+        return ctx.backend.get(key, max_bytes=MAX_SEGMENT_BYTES).data
     except (ObjectMissing, IntegrityError):
         return None
-    return expand_segment(stored, MAX_SEGMENT_BYTES)
 
 
 class _CheckedSegment:
@@ -903,8 +920,9 @@ class _CheckedSegment:
 
 
 def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | None) -> _CheckedSegment | None:
-    """The segment, checked on its own, or None when it is missing or is not a run of this
-    session's events from ``first`` to ``last`` that chain to each other.
+    """The segment (its stored bytes, ``data``), checked on its own, or None when it is missing,
+    does not decompress within ``MAX_SEGMENT_BYTES``, or is not a run of this session's events
+    from ``first`` to ``last`` that chain to each other.
 
     One pass, without copying: each event is decoded and checked as a loose event is
     (``decode_envelope``), its bytes hashed once (SHA-256 and MD5) and its ``prev`` compared
@@ -913,7 +931,7 @@ def _checked_segment(manifest: Manifest, first: int, last: int, data: bytes | No
     check cannot tell (whether these are the session's true events) ``_vouched`` tells, against
     the listing of the loose events it covers.
     """
-    if data is None:
+    if data is None or (data := expand_segment(data, MAX_SEGMENT_BYTES)) is None:
         return None
     sid, uid = manifest.sid, manifest.uid
     try:
@@ -1119,10 +1137,13 @@ def own_batches(
     cursor = max(start, loaded.first_own)
     runs = segment_runs(loaded.meta.segments, cursor, end)
 
+    def listed_size(segment: tuple[int, int]) -> int:
+        return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
+
     def size_of(segment: tuple[int, int]) -> int:
         # what it holds once decompressed, as far as its listed size tells: zstd shrinks prose
         # 3-6x (docs/format.md), and a segment never expands past the limit
-        return min(loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES) * _EXPANSION, MAX_SEGMENT_BYTES)
+        return min(listed_size(segment) * _EXPANSION, MAX_SEGMENT_BYTES)
 
     # the steps, in seq order: a gap's loose events (its first seq, and the seq after it), or a
     # group of segments that continue each other (never across a gap)
@@ -1146,26 +1167,31 @@ def own_batches(
         steps.append((reach, end + 1))  # the tail, by its seqs
         reach = end + 1
     groups = [step for step in steps if isinstance(step, list)]
+    # each group's segments, then the LIST pages (by the seq they list after) of the loose events
+    # it yields that no earlier group's pages cover: made as the fetches go out, so a planted
+    # name's range costs at most a window of LISTs (its segment fails its check first)
+    base = cursor - 1  # page k lists the names after seq base + k * _LISTED
+    pages_of: list[int] = []
+    listed_pages = 0
+    for group in groups:
+        needed = -(-((group[-1][1] if end is None else min(group[-1][1], end)) - base) // _LISTED)
+        pages_of.append(max(needed - listed_pages, 0))
+        listed_pages = max(listed_pages, needed)
     tail_start = reach
     tail: Future[ListPage] | None = None
     early = _EarlyGets()
     known_tail = _tail_of(ctx, sid, loaded.first_page, tail_start)
+    guessed = range(0)  # the tail's seqs whose GETs go out before a LIST names them
+    if loaded.first_page is not None and runs and (known_tail is None or _ends_in_events(ctx, sid, known_tail)):
+        unnamed = tail_start if known_tail is None else max(tail_start, _last_seq(ctx, sid, known_tail) + 1)
+        guessed = range(unnamed, tail_start + _TAIL_GUESS if end is None else min(tail_start + _TAIL_GUESS, end + 1))
+    # the segment GETs, the LIST pages that vouch for them, the tail's LIST and GETs: all at once
+    ctx.ready_threads(sum(len(group) for group in groups) + 2, min(listed_pages, 4 * ctx.concurrency) + len(guessed))
     if known_tail is not None and (end is None or tail_start <= end):  # listed with the manifest: GETs at once
         tail = ctx.executor().submit(_send_early, ctx, sid, known_tail, end, early)
     elif runs and (end is None or tail_start <= end):
         tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
     try:
-        # each group's segments, then the LIST pages (by the seq they list after) of the loose events
-        # it yields that no earlier group's pages cover: made as the fetches go out, so a planted
-        # name's range costs at most a window of LISTs (its segment fails its check first)
-        base = cursor - 1  # page k lists the names after seq base + k * _LISTED
-        pages_of: list[int] = []
-        listed_pages = 0
-        for group in groups:
-            needed = -(-((group[-1][1] if end is None else min(group[-1][1], end)) - base) // _LISTED)
-            pages_of.append(max(needed - listed_pages, 0))
-            listed_pages = max(listed_pages, needed)
-
         pages_by_group = iter(pages_of)
 
         def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
@@ -1192,17 +1218,27 @@ def own_batches(
         least = budget // (2 * ctx.concurrency)
 
         def weight(item: tuple[int, int] | int | _Loose) -> int:
-            # a LIST page or a gap's loose event weighs nothing; a segment its listed size, and at
-            # least 1 / (2 x concurrency) of the budget: so no more than 2 x concurrency (+ 1) segment
-            # GETs are in flight however small the segments are (planted ones: a byte each)
-            return max(size_of(item), least) if isinstance(item, tuple) else 0
+            # a LIST page or a gap's loose event weighs nothing; a segment its listed size (what its
+            # GET holds until the reader decompresses it), and at least 1 / (2 x concurrency) of the
+            # budget: so no more than 2 x concurrency (+ 1) segment GETs are in flight however small
+            # the segments are (planted ones: a byte each)
+            return max(listed_size(item), least) if isinstance(item, tuple) else 0
+
+        def send_guessed() -> None:
+            # the segment GETs that go first are queued: the tail's GETs follow, the guessed ones at
+            # once (small, on the wide pool: not queued behind segment GETs), those its LIST names
+            # when it answers
+            pool = ctx.wide_executor()
+            for seq in guessed:
+                early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, sid, seq))
+            early.release()
 
         # a pool's worth of segment GETs in flight and the chain's LIST pages besides, up to
         # 4 x concurrency of them, on the wide pool (small, waiting on nothing: beside the segment
         # GETs, not queued behind them), two groups' bytes; then the tail's early GETs may go
         window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
         fetched = ctx.prefetched(
-            wanted(), fetch, window, primed=early.release, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
+            wanted(), fetch, window, primed=send_guessed, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
         )
         covered: dict[int, str] = {}
         group_pages = iter(pages_of)
@@ -1248,6 +1284,8 @@ def own_batches(
         first_page = tail.result() if tail is not None and cursor == tail_start else _tail_of(ctx, sid, loaded.first_page, cursor)
         expected = cursor
         for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
+            if listed is None and seq in guessed:  # its GET went before the LIST that names it
+                listed = get_event_bytes(ctx, sid, seq)
             if seq != expected or listed is None:
                 missing = expected if seq != expected else seq
                 if missing == loaded.first_own:
@@ -1259,6 +1297,20 @@ def own_batches(
         if tail is not None:
             tail.cancel()
         early.close()
+
+
+def _last_seq(ctx: StoreContext, session_id: str, page: ListPage) -> int:
+    """The last seq ``page`` names (0 if none). Pure."""
+    prefix = ctx.layout.session_prefix(session_id)
+    seqs = (parse_seq(info.key[len(prefix) :]) for info in reversed(page.objects))
+    return next((seq for seq in seqs if seq is not None), 0)
+
+
+def _ends_in_events(ctx: StoreContext, session_id: str, page: ListPage) -> bool:
+    """Whether events may follow ``page`` (a LIST page of the session's names): it was cut short
+    at a name that sorts among the seqs, not past them (the manifest, segments, junk after them). Pure."""
+    prefix = ctx.layout.session_prefix(session_id)
+    return page.truncated and bool(page.objects) and page.objects[-1].key[len(prefix) :] <= _LAST_SEQ_NAME
 
 
 def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, early: _EarlyGets) -> ListPage:

@@ -310,3 +310,14 @@ def test_events_read_from_segments_equal_those_read_loose(encrypted: bool) -> No
     for raw in _read.own_raw(ctx, loaded, 1, None):
         assert raw.envelope == decode_envelope(raw.data, "s", raw.seq)
         assert raw.envelope.idem == f"key-{raw.seq - 1}"
+
+
+def test_ready_threads_starts_the_threads_a_burst_needs_once_within_the_pools_sizes() -> None:
+    context = Store(MemoryStore(), concurrency=4).shared
+    context.ready_threads(5, 40)
+    assert len(context.executor()._threads) == 5
+    assert len(context.wide_executor()._threads) == 32  # 8 x concurrency at most
+    context.ready_threads(3, 10)  # as many wait already: none started
+    assert (len(context.executor()._threads), len(context.wide_executor()._threads)) == (5, 32)
+    context.ready_threads(100)
+    assert len(context.executor()._threads) == 8  # 2 x concurrency at most
