@@ -6,12 +6,11 @@ receive a ``StoreContext``; none of them receives the ``Store`` facade.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from . import _lifecycle
 from ._backends import ObjectExists, ObjectMissing, ObjectStore
@@ -51,7 +50,7 @@ FENCE_HOLD = timedelta(seconds=MAX_WRITER_LEASE + 300)
 
 
 #: ``_Pools.grow`` waits no longer than this for the threads it started to wait for work.
-_GROW_WAIT = 1.0
+_GROW_WAIT = 0.05
 #: ``StoreContext.wide_executor`` has this many threads per unit of ``concurrency`` at most.
 WIDE_FACTOR = 8
 
@@ -68,7 +67,6 @@ class _Pools:
     def __init__(self) -> None:
         self._pools: dict[str, ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
-        self._warming: list[Future[bool]] = []  # threads ``warm`` started, until they wait for work
 
     def get(self, name: str, threads: int) -> ThreadPoolExecutor:
         with self._lock:
@@ -79,40 +77,23 @@ class _Pools:
                 pool = self._pools[name] = ThreadPoolExecutor(threads, thread_name_prefix=name)
             return pool
 
-    def grow(self, name: str, threads: int, idle: int) -> None:
-        """Start threads in the pool ``name`` (of ``threads`` at most) until it has ``idle`` of
-        them, and return once they wait for work. A pool starts a thread when a request finds
-        none idle, about 0.2 ms each, and the requests of a burst that must go out together would
+    def grow(self, name: str, threads: int, wanted: int) -> None:
+        """Start threads in the pool ``name`` (of ``threads`` at most) until it has ``wanted`` of
+        them (busy ones count), and return once they wait for work, or after ``_GROW_WAIT`` when
+        other requests keep the pool's threads busy. A pool starts a thread when a request finds
+        none idle, about 0.2 ms each: the requests of a burst that must go out together would
         otherwise go out that far apart, while the first answers already compete for the GIL."""
         from concurrent.futures import wait
 
-        wait(self._warming, timeout=_GROW_WAIT)
         pool = self.get(name, threads)
-        wanted = min(idle, threads)
+        wanted = min(wanted, threads)
         if len(pool._threads) >= wanted:
             return
         gate = threading.Event()
         # each holds a thread until all are sent: the idle ones first, then each finds none and starts one
         holding = [pool.submit(gate.wait) for _ in range(wanted)]
         gate.set()
-        wait(holding, timeout=_GROW_WAIT)  # a pool busy with other reads' requests is not waited for long
-
-    def warm(self, sizes: Mapping[str, tuple[int, int]], done: Callable[[], bool]) -> None:
-        """Start threads, one at a time and a pool after the other, until each pool (by name: its
-        size, and the idle threads wanted in it) has them or ``done()``; ``grow`` waits for them to
-        wait for work."""
-        gate = threading.Event()
-        holding: list[Future[bool]] = []
-        try:
-            for name, (threads, idle) in itertools.cycle(sizes.items()):
-                if done() or all(len(self.get(n, t)._threads) >= min(i, t) for n, (t, i) in sizes.items()):
-                    return
-                pool = self.get(name, threads)
-                if len(pool._threads) < min(idle, threads):
-                    holding.append(pool.submit(gate.wait))
-        finally:
-            gate.set()
-            self._warming = holding
+        wait(holding, timeout=_GROW_WAIT)
 
     def close(self) -> None:
         with self._lock:
@@ -189,17 +170,6 @@ class StoreContext:
         self._pools.grow("evstore-get", self.concurrency * 2, requests)
         if leaves:
             self._pools.grow("evstore-leaf", self.concurrency * WIDE_FACTOR, leaves)
-
-    def warm_while(self, answers: Iterable[Future[Any]]) -> None:
-        """While ``answers`` are on their way, start up to 2 x concurrency threads on each pool for
-        the requests that may follow them all at once (``ready_threads``): a thread takes about
-        0.2 ms to start, time a read from seq 1 otherwise spends waiting for its first round."""
-        waiting = list(answers)
-        wanted = 2 * self.concurrency
-        self._pools.warm(
-            {"evstore-get": (wanted, wanted), "evstore-leaf": (self.concurrency * WIDE_FACTOR, wanted)},
-            lambda: all(answer.done() for answer in waiting),
-        )
 
     def wide_executor(self) -> ThreadPoolExecutor:
         """A pool of up to ``WIDE_FACTOR`` x concurrency threads (256 by default), for small

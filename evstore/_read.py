@@ -346,12 +346,7 @@ def load(
     page = ctx.executor().submit(_list_first, ctx, session_id) if first_page and not found else None
     listings = [] if found else _send_listings(ctx, session_id, upto, every)  # with the manifest GET
     try:
-        if page is not None:  # a read from seq 1: the threads of its next round start while this one is on its way
-            manifest = ctx.executor().submit(read_manifest, ctx, session_id)
-            ctx.warm_while([manifest, page, *listings])
-            found = manifest.result()
-        elif found is None:
-            found = read_manifest(ctx, session_id)
+        found = found or read_manifest(ctx, session_id)
         loaded = _loaded(ctx, session_id, found, listings or _send_listings(ctx, session_id, upto, every), deleted_ok)
     except BaseException:
         if page is not None and not page.cancel():
@@ -1182,9 +1177,8 @@ def own_batches(
     early = _EarlyGets()
     known_tail = _tail_of(ctx, sid, loaded.first_page, tail_start)
     guessed = range(0)  # the tail's seqs whose GETs go out before a LIST names them
-    if loaded.first_page is not None and runs and (known_tail is None or _ends_in_events(ctx, sid, known_tail)):
-        unnamed = tail_start if known_tail is None else max(tail_start, _last_seq(ctx, sid, known_tail) + 1)
-        guessed = range(unnamed, tail_start + _TAIL_GUESS if end is None else min(tail_start + _TAIL_GUESS, end + 1))
+    if loaded.first_page is not None and known_tail is None and runs:
+        guessed = range(tail_start, tail_start + _TAIL_GUESS if end is None else min(tail_start + _TAIL_GUESS, end + 1))
     # the segment GETs, the LIST pages that vouch for them, the tail's LIST and GETs: all at once
     ctx.ready_threads(sum(len(group) for group in groups) + 2, min(listed_pages, 4 * ctx.concurrency) + len(guessed))
     if known_tail is not None and (end is None or tail_start <= end):  # listed with the manifest: GETs at once
@@ -1297,20 +1291,6 @@ def own_batches(
         if tail is not None:
             tail.cancel()
         early.close()
-
-
-def _last_seq(ctx: StoreContext, session_id: str, page: ListPage) -> int:
-    """The last seq ``page`` names (0 if none). Pure."""
-    prefix = ctx.layout.session_prefix(session_id)
-    seqs = (parse_seq(info.key[len(prefix) :]) for info in reversed(page.objects))
-    return next((seq for seq in seqs if seq is not None), 0)
-
-
-def _ends_in_events(ctx: StoreContext, session_id: str, page: ListPage) -> bool:
-    """Whether events may follow ``page`` (a LIST page of the session's names): it was cut short
-    at a name that sorts among the seqs, not past them (the manifest, segments, junk after them). Pure."""
-    prefix = ctx.layout.session_prefix(session_id)
-    return page.truncated and bool(page.objects) and page.objects[-1].key[len(prefix) :] <= _LAST_SEQ_NAME
 
 
 def _list_tail(ctx: StoreContext, session_id: str, start: int, end: int | None, early: _EarlyGets) -> ListPage:
