@@ -268,8 +268,9 @@ def append(
 
     A SESSION that was deleted or has expired is refused (exit 3, 6): --new starts a new
     session under a deleted one's id. The message is TEXT, or standard input when TEXT is
-    absent. With --idempotency-key and --jsonl, the event of line N (from 0, the input's line
-    counted; its first line for consecutive lines of one replayed seq) is keyed KEY:N.
+    absent (no input at all is exit 2: an empty message is TEXT ''). With --idempotency-key
+    and --jsonl, the event of line N (from 0, the input's line counted; its first line for
+    consecutive lines of one replayed seq) is keyed KEY:N.
     """
     if as_json and as_jsonl:
         raise click.UsageError("--json and --jsonl exclude each other")
@@ -287,6 +288,8 @@ def append(
             raise InvalidInputError("no messages in the input")
     elif as_json:
         entries = [Batch([evstore._codec.decode_message_json(raw)])]
+    elif text is None and not raw:  # an empty or closed stdin: a pipeline that produced nothing, not a message
+        raise InvalidInputError("no message on standard input (an empty message: give TEXT '')")
     else:
         entries = [Batch([{"role": role, "content": raw.removesuffix("\n") if text is None else raw}])]
     for entry in entries:  # refuse oversized input before anything is written

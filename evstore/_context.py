@@ -51,6 +51,10 @@ FENCE_HOLD = timedelta(seconds=MAX_WRITER_LEASE + 300)
 
 #: ``_Pools.grow`` waits no longer than this for the threads it started to wait for work.
 _GROW_WAIT = 0.05
+#: ``_Pools.grow`` leaves fewer missing threads than this to start with the requests, as a pool does
+#: (about 1.6 ms in all): a read of a deep fork's ancestors would otherwise wait for a few threads to
+#: start while hundreds of answers hold the GIL.
+_GROW_LEAST = 8
 #: ``StoreContext.wide_executor`` has this many threads per unit of ``concurrency`` at most.
 WIDE_FACTOR = 8
 
@@ -79,15 +83,16 @@ class _Pools:
 
     def grow(self, name: str, threads: int, wanted: int) -> None:
         """Start threads in the pool ``name`` (of ``threads`` at most) until it has ``wanted`` of
-        them (busy ones count), and return once they wait for work, or after ``_GROW_WAIT`` when
-        other requests keep the pool's threads busy. A pool starts a thread when a request finds
-        none idle, about 0.2 ms each: the requests of a burst that must go out together would
-        otherwise go out that far apart, while the first answers already compete for the GIL."""
+        them (busy ones count; none when fewer than ``_GROW_LEAST`` are missing), and return once
+        they wait for work, or after ``_GROW_WAIT`` when other requests keep the pool busy. A pool
+        starts a thread when a request finds none idle, about 0.2 ms each: the requests of a burst
+        that must go out together would otherwise go out that far apart, while the first answers
+        already compete for the GIL."""
         from concurrent.futures import wait
 
         pool = self.get(name, threads)
         wanted = min(wanted, threads)
-        if len(pool._threads) >= wanted:
+        if wanted - len(pool._threads) < _GROW_LEAST:
             return
         gate = threading.Event()
         # each holds a thread until all are sent: the idle ones first, then each finds none and starts one

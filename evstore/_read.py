@@ -1179,7 +1179,8 @@ def own_batches(
     guessed = range(0)  # the tail's seqs whose GETs go out before a LIST names them
     if loaded.first_page is not None and known_tail is None and runs:
         guessed = range(tail_start, tail_start + _TAIL_GUESS if end is None else min(tail_start + _TAIL_GUESS, end + 1))
-    # the segment GETs, the LIST pages that vouch for them, the tail's LIST and GETs: all at once
+    # the segment GETs (and the tail's LIST, with the page after it), the LIST pages that vouch for
+    # them and the guessed GETs on the wide pool: all sent at once, each on a thread already started
     ctx.ready_threads(sum(len(group) for group in groups) + 2, min(listed_pages, 4 * ctx.concurrency) + len(guessed))
     if known_tail is not None and (end is None or tail_start <= end):  # listed with the manifest: GETs at once
         tail = ctx.executor().submit(_send_early, ctx, sid, known_tail, end, early)

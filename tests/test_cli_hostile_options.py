@@ -205,6 +205,19 @@ def test_a_closed_standard_output_fails_no_command(store_path: Path) -> None:
         assert (done.returncode, done.stderr) == (0, b""), (command, done)
 
 
+def test_append_with_no_input_at_all_appends_nothing(run: Run, store_path: Path) -> None:
+    """An empty pipe or file, or a closed standard input, is a pipeline that produced nothing: it was
+    an empty message appended, with exit 0. An empty message is still TEXT ''."""
+    for flags in ([], ["--json"], ["--jsonl"]):
+        assert one_line_error(run("append", "c", *flags, input=""), 2).startswith("evstore: ")
+    closed = run_process(store_path, "append", "c", preexec_fn=lambda: os.close(0), stderr=subprocess.PIPE)  # <&-
+    assert closed.returncode == 2 and closed.stderr.count(b"\n") == 1, closed
+    assert Store(LocalStore(store_path)).info("c").head == 3  # nothing appended
+    assert ok(run("append", "c", "")) == "4\n"
+    assert ok(run("append", "c", input="\n")) == "5\n"  # a line with nothing on it is a message
+    assert [m["content"] for m in Store(LocalStore(store_path)).context("c")][3:] == ["", ""]
+
+
 # ---- 8. a session name that is not UTF-8 -----------------------------------------------------------
 
 

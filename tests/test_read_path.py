@@ -313,11 +313,13 @@ def test_events_read_from_segments_equal_those_read_loose(encrypted: bool) -> No
 
 
 def test_ready_threads_starts_the_threads_a_burst_needs_once_within_the_pools_sizes() -> None:
-    context = Store(MemoryStore(), concurrency=4).shared
-    context.ready_threads(5, 40)
-    assert len(context.executor()._threads) == 5
-    assert len(context.wide_executor()._threads) == 32  # 8 x concurrency at most
-    context.ready_threads(3, 10)  # as many wait already: none started
-    assert (len(context.executor()._threads), len(context.wide_executor()._threads)) == (5, 32)
-    context.ready_threads(100)
-    assert len(context.executor()._threads) == 8  # 2 x concurrency at most
+    context = Store(MemoryStore(), concurrency=8).shared
+    context.ready_threads(5)  # fewer than 8 missing: they start with their requests, as a pool does
+    assert len(context.executor()._threads) == 0
+    context.ready_threads(12, 40)
+    assert (len(context.executor()._threads), len(context.wide_executor()._threads)) == (12, 40)
+    context.ready_threads(13, 10)  # as many, or nearly, there already: none started
+    assert (len(context.executor()._threads), len(context.wide_executor()._threads)) == (12, 40)
+    context.ready_threads(100, 100)
+    assert len(context.wide_executor()._threads) == 64  # 8 x concurrency at most
+    assert len(context.executor()._threads) == 12  # 16 at most: 4 missing start with their requests
