@@ -223,8 +223,8 @@ def expected_append(sid: str, mode: str, payload: bytes, role: str) -> list[evst
         if mode == "text":
             return [{"role": role, "content": payload.decode("utf-8", "replace")}]
         text = payload.decode("utf-8")
-        if mode == "stdin":
-            return [{"role": role, "content": text.removesuffix("\n")}]
+        if mode == "stdin":  # no input at all is no message (docs/commands.md); an empty line is one
+            return [{"role": role, "content": text.removesuffix("\n")}] if payload else None
         if mode == "json":
             return [decode_message_json(text)]
         batches = [entry for entry in parse_jsonl_entries(text.splitlines()) if isinstance(entry, Batch)]
