@@ -200,6 +200,7 @@ def test_the_tail_gets_sent_before_its_listing_are_32_at_most_and_only_listed_ev
     asked = event_gets(counted, store.layout.session_prefix("s"))
     assert len(asked) == len(set(asked)) == 32
     assert 2010 in asked and sum(seq > 2010 for seq in asked) < 32  # the tail, and a few seqs past the head
+    assert sorted(asked) == list(range(1985, 2017))  # from the seq after the newest segment (1,984: 62 x 32)
 
 
 def test_a_tail_get_that_went_before_an_append_landed_is_sent_again_when_the_listing_names_it() -> None:
