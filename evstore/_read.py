@@ -30,6 +30,7 @@ import functools
 import hashlib
 import heapq
 import itertools
+import re
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -71,6 +72,7 @@ from ._errors import (
 )
 from ._ids import (
     MAX_SEQ,
+    SEQ_WIDTH,
     YOUNG,
     Layout,
     format_seq,
@@ -980,21 +982,40 @@ def _content_md5(etag: str) -> str:
     return digest if len(digest) == 32 and not digest.strip("0123456789abcdef") else ""
 
 
+#: ETags joined by "<", each a quoted MD5 (``_content_md5`` reads each as its hex digits, lower-cased).
+_QUOTED_MD5S = re.compile(r'"[0-9a-fA-F]{32}"(?:<"[0-9a-fA-F]{32}")*')
+
+
 def _listed_md5s(ctx: StoreContext, session_id: str, after: int) -> dict[int, str]:
     """The content MD5 (``_content_md5``) of each loose event on one LIST page of up to 1,000
-    names after seq ``after``, by seq: one LIST."""
+    names after seq ``after``, by seq: one LIST, of keys and ETags alone (``list_etags``)."""
     prefix = ctx.layout.session_prefix(session_id)
-    page = ctx.backend.list_page(prefix, start_after=ctx.layout.event_key(session_id, after), max_keys=_LISTED)
-    return _md5s_of(prefix, page)
+    page = ctx.backend.list_etags(prefix, start_after=ctx.layout.event_key(session_id, after), max_keys=_LISTED)
+    return _md5s_by_seq(prefix, page.keys, page.etags)
 
 
 def _md5s_of(prefix: str, page: ListPage) -> dict[int, str]:
     """``_listed_md5s`` of a page already listed. Pure."""
+    return _md5s_by_seq(prefix, [info.key for info in page.objects], [info.etag for info in page.objects])
+
+
+def _md5s_by_seq(prefix: str, keys: list[str], etags: list[str]) -> dict[int, str]:
+    """The content MD5 that each ETag states, by the seq its key names under ``prefix`` (keys that
+    name none are left out). Pure.
+
+    A page of events alone whose ETags are all plain MD5s (the common page) is read in a few
+    passes over the whole of it; any other key by key (``parse_seq``, ``_content_md5``)."""
+    skip = len(prefix)
+    names = [key[skip:] for key in keys]
+    digits = "".join(names)
+    if set(map(len, names)) == {SEQ_WIDTH} and digits.isascii() and digits.isdigit():
+        quoted = "<".join(etags)
+        if _QUOTED_MD5S.fullmatch(quoted):
+            return dict(zip(map(int, names), quoted.replace('"', "").lower().split("<"), strict=True))
     listed: dict[int, str] = {}
-    for info in page.objects:
-        seq = parse_seq(info.key[len(prefix) :])
-        if seq is not None:
-            listed[seq] = _content_md5(info.etag)
+    for name, etag in zip(names, etags, strict=True):
+        if (seq := parse_seq(name)) is not None:
+            listed[seq] = _content_md5(etag)
     return listed
 
 

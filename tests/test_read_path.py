@@ -323,3 +323,29 @@ def test_ready_threads_starts_the_threads_a_burst_needs_once_within_the_pools_si
     context.ready_threads(100, 100)
     assert len(context.wide_executor()._threads) == 64  # 8 x concurrency at most
     assert len(context.executor()._threads) == 12  # 16 at most: 4 missing start with their requests
+
+
+_PAGE_NAME = st.one_of(
+    st.integers(min_value=0, max_value=10**20 - 1).map(lambda seq: f"{seq:020d}"),
+    st.sampled_from(["manifest", "segments/1-8", "1", "0" * 21, "0000000000000000001\u0661", "+0000000000000000001"]),
+)
+_PAGE_ETAG = st.one_of(
+    st.text(alphabet="0123456789abcdefABCDEF", min_size=32, max_size=32).map(lambda md5: f'"{md5}"'),
+    st.sampled_from(['"0123456789abcdef0123456789abcdef-2"', "", "0123456789abcdef0123456789abcdef", '""', '"a"b"']),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(_PAGE_NAME, _PAGE_ETAG), max_size=8), st.booleans())
+def test_a_pages_md5s_read_at_once_are_those_read_key_by_key(entries: list[tuple[str, str]], plain: bool) -> None:
+    """A page of events with plain MD5 ETags is read in a few passes over it all; every page
+    gives what ``parse_seq`` and ``_content_md5`` give key by key."""
+    if plain:  # the common page, which the passes over it all read
+        entries = [(f"{i:020d}", f'"{i:032x}"') for i in range(len(entries))]
+    prefix = "r/sessions/s/"
+    keys, etags = [prefix + name for name, _ in entries], [etag for _, etag in entries]
+    expected = {}
+    for name, etag in entries:
+        if (seq := _read.parse_seq(name)) is not None:
+            expected[seq] = _read._content_md5(etag)
+    assert _read._md5s_by_seq(prefix, keys, etags) == expected

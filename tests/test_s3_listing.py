@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import urllib.parse
+import xml.etree.ElementTree as ElementTree
 from typing import Any
 
 import boto3
@@ -12,8 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from evstore._backends import KeysPage, _s3_listing
 from evstore._backends._s3 import _LISTED, S3Store, _listing, _parse_timestamp, _read_list_body
-from evstore._backends._s3_listing import ListedPage, _parse_tree, _plain_contents, _url_decoded, parse_list_body
+from evstore._backends._s3_listing import (
+    ListedPage,
+    _parse_tree,
+    _plain_contents,
+    _url_decoded,
+    parse_etags_body,
+    parse_list_body,
+)
 
 NS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
 
@@ -240,3 +249,89 @@ def test_a_page_the_store_reads_is_not_parsed_again_by_botocores_error_check(mon
     assert response["status_code"] == 500 and len(checked) == 3
     other = boto3.client("s3", region_name="us-east-1")  # a client made elsewhere keeps botocore's handlers
     assert botocore.handlers._handle_200_error in list(other.meta.events._emitter._handlers.prefix_search("before-parse.s3.X"))
+
+
+# ---- keys and ETags alone (``list_etags``) ---------------------------------------------------
+
+
+def _tree_keys_etags(data: bytes) -> KeysPage | None:
+    """The keys (URL-decoded where the body says so) and ETags of a body's ``Contents``, read by
+    ElementTree alone, whatever else the body holds; None when it is no XML."""
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError:
+        return None
+    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    decode = urllib.parse.unquote_plus if root.findtext(f"{ns}EncodingType") == "url" else str
+    contents = root.findall(f"{ns}Contents")
+    return KeysPage(
+        [decode(item.findtext(f"{ns}Key") or "") for item in contents],
+        [item.findtext(f"{ns}ETag") or "" for item in contents],
+        root.findtext(f"{ns}IsTruncated") == "true",
+    )
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(st.one_of(_contents(), st.just(_PREFIXES), st.just("\n")), max_size=6),
+    st.sampled_from(["<EncodingType>url</EncodingType>", "", "<EncodingType>base64</EncodingType>"]),
+    st.sampled_from([NS, "", 'xmlns:s3="http://s3.amazonaws.com/doc/2006-03-01/"']),
+    st.sampled_from(["true", "false", "maybe"]),
+)
+def test_keys_and_etags_read_apart_are_the_pages(parts: list[str], encoding: str, ns: str, truncated: str) -> None:
+    """Where ``parse_list_body`` reads a body, ``parse_etags_body`` gives its keys and ETags;
+    where it answers a body that ``parse_list_body`` leaves to botocore (a size or a time it does
+    not read), they are the keys and ETags the XML holds; never another answer."""
+    data = body("".join(parts), encoding=encoding, ns=ns, truncated=truncated)
+    page = parse_list_body(data, _parse_timestamp)
+    fast = parse_etags_body(data, _parse_timestamp)
+    if page is not None:
+        assert fast == KeysPage.of(page.objects, page.truncated)
+    elif fast is not None:
+        assert fast == _tree_keys_etags(data)
+
+
+def test_the_pages_s3_rgw_and_moto_send_are_read_for_their_etags_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain pages never reach ``parse_list_body`` (no ``ObjectInfo`` made), with keys decoded
+    at once or, where one needs more than "%2F", key by key."""
+    rgw = item("r%2Fsessions%2Fa%2F00000000000000000001").replace("</Contents>", "<Type>Normal</Type></Contents>")
+    moto = (
+        '<Contents><Key>r/sessions/a/2</Key><LastModified>2026-12-04T10:00:00.000Z</LastModified><ETag>"9d"</ETag>'
+        "<ChecksumAlgorithm>CRC32</ChecksumAlgorithm><Size>1</Size><StorageClass>STANDARD</StorageClass></Contents>"
+    )
+    plain, escaped = body(rgw * 3 + moto, truncated="true"), body(item("a+b%2Bc%26%3C%25%E2%9C%93") + moto)
+    expected = [parse_list_body(data, _parse_timestamp) for data in (plain, escaped)]
+
+    monkeypatch.setattr(_s3_listing, "parse_list_body", lambda *_: pytest.fail("read by parse_list_body"))
+    for data, page in zip((plain, escaped), expected, strict=True):
+        assert page is not None and parse_etags_body(data, _parse_timestamp) == KeysPage.of(page.objects, page.truncated)
+    assert parse_etags_body(plain, _parse_timestamp) == KeysPage(
+        ["r/sessions/a/00000000000000000001"] * 3 + ["r/sessions/a/2"], ['"abc"'] * 3 + ['"9d"'], True
+    )
+    assert parse_etags_body(escaped, _parse_timestamp) == KeysPage(["a b+c&<%\u2713", "r/sessions/a/2"], ['"abc"', '"9d"'], False)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_list_etags_equals_botocores_listing_over_moto_server(
+    moto_endpoint: str, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Direct requests (each page read for its keys and ETags alone, never by ``parse_list_body``)
+    and botocore's: the keys and ETags botocore lists, page by page."""
+    client = boto3.client("s3", endpoint_url=moto_endpoint)
+    bucket = f"evs-list-etags-{int(direct)}"
+    client.create_bucket(Bucket=bucket)
+    keys = [f"r/s/{i:020d}" for i in range(1, 6)] + ["r/s/we ird+&<key>%\u2713", "r/s/manifest", "r/z"]
+    for key in keys:
+        client.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    store = S3Store(bucket, endpoint_url=moto_endpoint, direct_requests=direct)
+    store.list_page("r/")  # direct requests learn the server from botocore's first answer
+    if direct:
+        monkeypatch.setattr(_s3_listing, "parse_list_body", lambda *_: pytest.fail("read by parse_list_body"))
+    for start_after in ("", "r/s/00000000000000000003"):
+        page = store.list_etags("r/s/", start_after=start_after, max_keys=4)
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": "r/s/", "MaxKeys": 4}
+        if start_after:
+            request["StartAfter"] = start_after
+        theirs = client.list_objects_v2(**request)
+        contents = theirs.get("Contents", [])
+        assert page == KeysPage([c["Key"] for c in contents], [c["ETag"] for c in contents], theirs["IsTruncated"])

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 from ._base import (
     Forwarding,
     IncompleteUpload,
+    KeysPage,
     LifecycleRule,
     ListPage,
     ObjectExists,
@@ -27,6 +28,7 @@ _LAZY = {"LocalStore": "_local", "MemoryStore": "_memory"}
 __all__ = [
     "Forwarding",
     "IncompleteUpload",
+    "KeysPage",
     "LifecycleRule",
     "ListPage",
     "LocalStore",

@@ -58,6 +58,7 @@ from .._errors import StoreUnavailableError
 from .._lifecycle import checked_rules
 from ._base import (
     IncompleteUpload,
+    KeysPage,
     LifecycleRule,
     ListPage,
     ObjectExists,
@@ -563,6 +564,17 @@ class S3Store(ObjectStore):
         # StartAfter a common prefix would list its keys again: skip past all of them
         last_prefix = prefixes[-1] + "\U0010ffff" if prefixes else ""
         return ListPage(objects, prefixes, listed.truncated, max(last_key, last_prefix, start_after))
+
+    def list_etags(self, prefix: str, *, start_after: str = "", max_keys: int = 1000) -> KeysPage:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": max_keys}
+        if start_after:
+            args["StartAfter"] = start_after
+        direct = self._direct
+        listed = ASK_BOTOCORE if direct is None or direct.learning(None) else direct.list_etags(_query_of(args))
+        if isinstance(listed, KeysPage):
+            return listed
+        page = self._botocore_list(prefix, args, first_attempt=self._after_direct(listed))
+        return KeysPage.of(page.objects, page.truncated)
 
     def _botocore_list(self, prefix: str, args: dict[str, Any], *, first_attempt: int = 1) -> ListedPage:
         try:

@@ -50,14 +50,14 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import urllib3
 import urllib3.connection
 
-from ._base import ObjectExists, ObjectMissing, StoredObject, too_large
-from ._s3_listing import ListedPage, parse_list_body
+from ._base import KeysPage, ObjectExists, ObjectMissing, StoredObject, too_large
+from ._s3_listing import ListedPage, parse_etags_body, parse_list_body
 
 #: SHA-256 of an empty payload (a GET's, a LIST's).
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -73,6 +73,8 @@ _REFUSED = frozenset({301, 302, 307, 308, 400, 403})
 #: requests stop: one is a blip that botocore's retry absorbs, several mean this pool cannot
 #: reach the server the way botocore does.
 _FAILURES_TO_STOP = 3
+#: What a LIST body is read into (``DirectRequests._list``).
+P = TypeVar("P")
 
 
 class Unanswered(msgspec.Struct, frozen=True):
@@ -402,6 +404,16 @@ class DirectRequests:
     def list_page(self, params: Mapping[str, str]) -> ListedPage | Unanswered:
         """One ListObjectsV2 page of ``params`` (``prefix``, ``max-keys``, ...; ``list-type`` and
         ``encoding-type`` are added), or why botocore should answer."""
+        return self._list(params, parse_list_body)
+
+    def list_etags(self, params: Mapping[str, str]) -> KeysPage | Unanswered:
+        """``list_page``'s keys and ETags alone (``parse_etags_body``)."""
+        return self._list(params, parse_etags_body)
+
+    def _list(
+        self, params: Mapping[str, str], parse: Callable[[bytes, Callable[[str], datetime.datetime]], P | None]
+    ) -> P | Unanswered:
+        """One ListObjectsV2 page, its body read by ``parse`` (None: botocore should read it)."""
         target = self._target
         if target is None:
             return ASK_BOTOCORE
@@ -412,7 +424,7 @@ class DirectRequests:
         self._count("ListObjectsV2")
         if response.status != 200:
             return self._unanswered(response.status)
-        page = parse_list_body(response.data, self._parse_timestamp)
+        page = parse(response.data, self._parse_timestamp)
         return ASK_BOTOCORE if page is None else page
 
     def create(

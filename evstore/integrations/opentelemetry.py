@@ -102,6 +102,7 @@ import evstore
 from .._backends import (
     Forwarding,
     IncompleteUpload,
+    KeysPage,
     LifecycleRule,
     ListPage,
     ObjectInfo,
@@ -209,6 +210,13 @@ class _OperationBackend(Forwarding):
         depth = self._sent()
         try:
             return self.inner.list_page(prefix, start_after=start_after, max_keys=max_keys, delimiter=delimiter)
+        finally:
+            self._answered(_LIST, depth)
+
+    def list_etags(self, prefix: str, *, start_after: str = "", max_keys: int = 1000) -> KeysPage:
+        depth = self._sent()
+        try:
+            return self.inner.list_etags(prefix, start_after=start_after, max_keys=max_keys)
         finally:
             self._answered(_LIST, depth)
 
