@@ -99,10 +99,8 @@ def _url_decoded(key: bytes) -> str:
 
 def _plain_contents(body: bytes) -> tuple[list[tuple[bytes, bytes, bytes, bytes]], bytes] | None:
     """(key, LastModified, ETag, Size) of each ``Contents`` element and the body without them, when
-    the body is ASCII, every one is of the plain form (``_PLAIN_CONTENTS``) and they stand in one
-    run; else None. A body with a control character, a comment, CDATA, a DOCTYPE or a processing
-    instruction past its declaration is never read this way (a match there would be text that
-    ElementTree does not read as these elements, or reads otherwise)."""
+    the body is plain text (``_plain_text``), every one is of the plain form (``_PLAIN_CONTENTS``)
+    and they stand in one run; else None."""
     if not _plain_text(body):
         return None
     matches = list(_PLAIN_CONTENTS.finditer(body))
@@ -138,9 +136,9 @@ def parse_etags_body(body: bytes, parse_timestamp: Callable[[str], datetime.date
 
     Where the body is plain text (``_plain_text``) of one ``ListBucketResult`` of URL-encoded keys,
     and every ``Contents`` in it begins as S3, RGW and moto write it (``_KEY_ETAG``), one regular
-    expression reads them all and each field is decoded for the whole page at once: about a sixth
-    of ``parse_list_body``'s time for 1,000 keys, with no ``ObjectInfo``, size or time (which it
-    does not read). Any other body is read by ``parse_list_body``. Common prefixes are not kept
+    expression reads them all and each field is decoded for the whole page at once: under half of
+    ``parse_list_body``'s time for 1,000 keys (2.3 ms against 5 to 6), with no ``ObjectInfo``, size
+    or time (which it does not read). Any other body is read by ``parse_list_body``. Common prefixes are not kept
     (``list_etags`` lists with no delimiter)."""
     if _plain_text(body) and body.count(b"<ListBucketResult") == 1 and b"<EncodingType>url</EncodingType>" in body:
         found = _KEY_ETAG.findall(body)
