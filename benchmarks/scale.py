@@ -346,12 +346,12 @@ def section_resume(cfg: Config, bulk: Bulk, report: Report) -> None:
         for n in sizes:
             recorder = Recorder(bulk.session(kind, n), cfg.rtt)
             with Store(recorder) as store:
-                started, cpu, thread_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+                started, cpu_at, thread_cpu_at = time.perf_counter(), time.process_time(), time.thread_time()
                 writer, context = store.resume(SID)
                 resumed, cpu, thread_cpu = (
                     time.perf_counter() - started,
-                    time.process_time() - cpu,
-                    time.thread_time() - thread_cpu,
+                    time.process_time() - cpu_at,
+                    time.thread_time() - thread_cpu_at,
                 )
                 alone = recorder.counts()
                 writer.append(MAKERS[kind](n + 1))

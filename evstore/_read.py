@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ._backends import ListPage, ObjectInfo, ObjectMissing
+from ._backends import KeysPage, ListPage, ObjectInfo, ObjectMissing
 from ._codec import (
     MAX_RECORD_BYTES,
     MAX_SEGMENT_BYTES,
@@ -991,22 +991,22 @@ def _listed_md5s(ctx: StoreContext, session_id: str, after: int) -> dict[int, st
     names after seq ``after``, by seq: one LIST, of keys and ETags alone (``list_etags``)."""
     prefix = ctx.layout.session_prefix(session_id)
     page = ctx.backend.list_etags(prefix, start_after=ctx.layout.event_key(session_id, after), max_keys=_LISTED)
-    return _md5s_by_seq(prefix, page.keys, page.etags)
+    return _md5s_by_seq(prefix, page)
 
 
 def _md5s_of(prefix: str, page: ListPage) -> dict[int, str]:
     """``_listed_md5s`` of a page already listed. Pure."""
-    return _md5s_by_seq(prefix, [info.key for info in page.objects], [info.etag for info in page.objects])
+    return _md5s_by_seq(prefix, KeysPage.of(page.objects, page.truncated))
 
 
-def _md5s_by_seq(prefix: str, keys: list[str], etags: list[str]) -> dict[int, str]:
+def _md5s_by_seq(prefix: str, page: KeysPage) -> dict[int, str]:
     """The content MD5 that each ETag states, by the seq its key names under ``prefix`` (keys that
     name none are left out). Pure.
 
     A page of events alone whose ETags are all plain MD5s (the common page) is read in a few
     passes over the whole of it; any other key by key (``parse_seq``, ``_content_md5``)."""
-    skip = len(prefix)
-    names = [key[skip:] for key in keys]
+    skip, etags = len(prefix), page.etags
+    names = [key[skip:] for key in page.keys]
     digits = "".join(names)
     if set(map(len, names)) == {SEQ_WIDTH} and digits.isascii() and digits.isdigit():
         quoted = "<".join(etags)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evstore import Keyring, LocalStore, MemoryStore, Store, _read, _write
-from evstore._backends import ListPage, ObjectStore, StoredObject
+from evstore._backends import KeysPage, ListPage, ObjectStore, StoredObject
 from evstore._codec import b64decode_canonical, decode_envelope
 
 from .helpers import CountingStore, msg
@@ -348,4 +348,4 @@ def test_a_pages_md5s_read_at_once_are_those_read_key_by_key(entries: list[tuple
     for name, etag in entries:
         if (seq := _read.parse_seq(name)) is not None:
             expected[seq] = _read._content_md5(etag)
-    assert _read._md5s_by_seq(prefix, keys, etags) == expected
+    assert _read._md5s_by_seq(prefix, KeysPage(keys, etags, False)) == expected

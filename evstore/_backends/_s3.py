@@ -550,11 +550,7 @@ class S3Store(ObjectStore):
         )
 
     def list_page(self, prefix: str, *, start_after: str = "", max_keys: int = 1000, delimiter: str = "") -> ListPage:
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": max_keys}
-        if start_after:
-            args["StartAfter"] = start_after
-        if delimiter:
-            args["Delimiter"] = delimiter
+        args = self._list_args(prefix, start_after, max_keys, delimiter)
         direct = self._direct
         listed = ASK_BOTOCORE if direct is None or direct.learning(None) else direct.list_page(_query_of(args))
         if isinstance(listed, Unanswered):
@@ -566,15 +562,22 @@ class S3Store(ObjectStore):
         return ListPage(objects, prefixes, listed.truncated, max(last_key, last_prefix, start_after))
 
     def list_etags(self, prefix: str, *, start_after: str = "", max_keys: int = 1000) -> KeysPage:
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": max_keys}
-        if start_after:
-            args["StartAfter"] = start_after
+        args = self._list_args(prefix, start_after, max_keys)
         direct = self._direct
         listed = ASK_BOTOCORE if direct is None or direct.learning(None) else direct.list_etags(_query_of(args))
         if isinstance(listed, KeysPage):
             return listed
         page = self._botocore_list(prefix, args, first_attempt=self._after_direct(listed))
         return KeysPage.of(page.objects, page.truncated)
+
+    def _list_args(self, prefix: str, start_after: str, max_keys: int, delimiter: str = "") -> dict[str, Any]:
+        """``list_objects_v2``'s arguments for one page (``_query_of`` makes a direct request's query)."""
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": max_keys}
+        if start_after:
+            args["StartAfter"] = start_after
+        if delimiter:
+            args["Delimiter"] = delimiter
+        return args
 
     def _botocore_list(self, prefix: str, args: dict[str, Any], *, first_attempt: int = 1) -> ListedPage:
         try:
