@@ -160,18 +160,35 @@ def exit_code_for(error: EvstoreError) -> int:
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
+#: The commands that only read the store: they never make a local store where ``--store`` or
+#: ``EVSTORE_STORE`` names a directory that holds none (a mistyped ``file:`` path is an error, as a
+#: missing bucket is, not an empty listing). The default directory is made by any command.
+READ_ONLY_COMMANDS = frozenset({"export", "info", "list", "prove", "replay", "tail", "tree-head", "verify"})
+
+
 class Context:
-    def __init__(self, store_url: str | None, endpoint_url: str | None, network: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        store_url: str | None,
+        endpoint_url: str | None,
+        network: dict[str, Any] | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self.store_url = store_url
         self.endpoint_url = endpoint_url
         #: ``open_store`` keyword arguments from the global network options (cli/_network.py).
         self.network = dict(network or {})
+        self.read_only = read_only
         self._store: Store | None = None
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = evstore.open_store(self.store_url, endpoint_url=self.endpoint_url, **self.network)
+            named = self.store_url or os.environ.get("EVSTORE_STORE")  # else the default directory, made on first use
+            self._store = evstore.open_store(
+                self.store_url, endpoint_url=self.endpoint_url, create_store=not (self.read_only and named), **self.network
+            )
         return self._store
 
     @property

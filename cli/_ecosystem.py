@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import IO, Any, BinaryIO
 
 import click
+from click.core import ParameterSource
 
 from evstore import Event, InvalidInputError, Message, Store
 from evstore._codec import RewindBody
@@ -369,6 +370,12 @@ def tail(
     LIST per poll, whatever the session's length. Exits 0 on Ctrl-C,
     --max-events or --timeout; exit 3 if the session is deleted meanwhile.
     """
+    given = click.get_current_context().get_parameter_source
+    typed = {name for name in ("count", "interval", "timeout") if given(name) is ParameterSource.COMMANDLINE}
+    if start is not None and "count" in typed:
+        raise click.UsageError("--from and -n/--events are alternatives: give one")
+    if not following and (idle := [f"--{name}" for name in ("interval", "timeout") if name in typed]):
+        raise click.UsageError(f"{' and '.join(idle)}: only with --follow")
     store: Store = state.store
     head = store.info(session).head
     first = start if start is not None else max(1, head - count + 1)

@@ -27,6 +27,7 @@ from evstore import (
 from evstore._context import FENCE_HOLD
 
 from ._common import (
+    READ_ONLY_COMMANDS,
     CommandError,
     Context,
     Progress,
@@ -126,7 +127,7 @@ def cli(ctx: click.Context, /, store_url: str | None, endpoint_url: str | None, 
     Exit codes: 0 success, 1 unexpected failure, 2 usage or invalid input,
     3 session not found, 4 write conflict, 5 integrity failure, 6 session expired.
     """
-    state = Context(store_url, endpoint_url, open_options(**network))
+    state = Context(store_url, endpoint_url, open_options(**network), read_only=ctx.invoked_subcommand in READ_ONLY_COMMANDS)
     ctx.obj = state
     ctx.call_on_close(state.close)
 
@@ -424,6 +425,8 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
     A session that cannot be read (its manifest does not decode, or its name is no session
     id) is listed as unreadable, with why, among the rest; then the command exits 5.
     """
+    if long_ + tree + as_json > 1:
+        raise click.UsageError("--long, --tree and --json are alternatives: give one")
     store = state.store
     ids = store.list_sessions(prefix, limit=limit)
     if not (long_ or tree or as_json):

@@ -40,9 +40,11 @@ def open_backend(
     environ: Mapping[str, str] | None = None,
     network: NetworkSettings | None = None,
     on_retry: RetryNote | None = None,
+    create_store: bool = True,
 ) -> tuple[ObjectStore, str]:
     """The backend a URL names, and the store root inside it. ``network`` (default: from the
-    environment) and ``on_retry`` apply to S3 stores, the only ones that make requests."""
+    environment) and ``on_retry`` apply to S3 stores, the only ones that make requests;
+    ``create_store`` to a ``file:`` store (``LocalStore``'s ``create``): a bucket is never made."""
     env = os.environ if environ is None else environ
     shown = redact_url(url)  # what messages show: never the credentials a URL may carry
     if not url.isprintable():  # control characters, NUL, lone surrogates
@@ -74,7 +76,7 @@ def open_backend(
             raise InvalidInputError(f"store URL {shown!r}: the path has a NUL byte")
         from ._backends import LocalStore  # loaded for a local store only
 
-        return LocalStore(path), ""
+        return LocalStore(path, create=create_store), ""
     if scheme == "s3":
         bucket = parsed.netloc
         if not _BUCKET.fullmatch(bucket) or ".." in bucket:
@@ -180,6 +182,7 @@ def open_store(
     max_attempts: int | None = None,
     retry_deadline: float | None = None,
     on_retry: RetryNote | None = None,
+    create_store: bool = True,
     **options: object,
 ) -> Store:
     """Open the store a URL names (default: ``EVSTORE_STORE``, else the local data directory).
@@ -189,7 +192,8 @@ def open_store(
     ``EVSTORE_AUTO_COMPACT=N`` makes writers pack their runs into segments of N events.
     Network settings (S3): the arguments, else ``EVSTORE_CONNECT_TIMEOUT``, ``EVSTORE_READ_TIMEOUT``,
     ``EVSTORE_MAX_ATTEMPTS`` (else ``AWS_MAX_ATTEMPTS``), ``EVSTORE_RETRY_DEADLINE``; ``on_retry``
-    gets a one-line note each time a request is retried.
+    gets a one-line note each time a request is retried. ``create_store=False``: a ``file:`` URL whose
+    directory holds no store is ``StoreUnavailableError`` rather than a new, empty store (for tools that only read).
     ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``writer_lease``, ``clock``).
     """
     env = os.environ if environ is None else environ
@@ -201,7 +205,12 @@ def open_store(
         retry_deadline=retry_deadline,
     )
     backend, root = open_backend(
-        url or default_store_url(env), endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry
+        url or default_store_url(env),
+        endpoint_url=endpoint_url,
+        environ=env,
+        network=network,
+        on_retry=on_retry,
+        create_store=create_store,
     )
     check_credentials(backend)
     if keyring is None:
@@ -209,9 +218,7 @@ def open_store(
     elif isinstance(keyring, str | os.PathLike):
         keyring = Keyring.from_file(keyring)
     elif not isinstance(keyring, Keyring):
-        raise InvalidInputError(
-            f"keyring must be an evstore.Keyring or the path of a keyring file, not {type(keyring).__name__}"
-        )
+        raise InvalidInputError(f"keyring must be an evstore.Keyring or the path of a keyring file, not {type(keyring).__name__}")
     if require_encryption is None:
         require_encryption = env.get("EVSTORE_REQUIRE_ENCRYPTION", "").strip().lower() in _TRUE
     if "auto_compact" not in options and env.get("EVSTORE_AUTO_COMPACT"):

@@ -287,3 +287,67 @@ def test_a_rewind_line_after_plain_message_lines_is_exit_2_and_appends_nothing(r
     assert result.exit_code == 2, result.output
     assert "line 3: a rewind line follows plain message lines (line 1)" in result.output
     assert run("replay", "p").exit_code == 3  # nothing appended: the session was never made
+
+
+# ---- 10. a mistyped store path, options that contradict each other ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["list"],
+        ["info", "c"],
+        ["replay", "c"],
+        ["tail", "c"],
+        ["verify", "c"],
+        ["export", "c", "--format", "jsonl"],
+        ["prove", "c", "1"],
+    ],
+)
+@pytest.mark.parametrize("named_by", ["--store", "EVSTORE_STORE"])
+def test_a_read_of_a_directory_with_no_store_fails_and_makes_nothing(
+    run: Run, tmp_path: Path, command: list[str], named_by: str
+) -> None:
+    """As a missing bucket is: exit 1 in one line, and the mistyped path is left as it was."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for path in (tmp_path / "typo" / "store", empty):
+        if named_by == "--store":
+            result = run("--store", path.as_uri(), *command)
+        else:
+            result = run(*command, env={"EVSTORE_STORE": path.as_uri()})
+        assert (
+            one_line_error(result, 1)
+            == f"evstore: no store in directory {str(path)!r}: it does not exist or holds no evstore objects"
+        )
+    assert not (tmp_path / "typo").exists()
+    assert list(empty.iterdir()) == []
+
+
+def test_a_write_makes_the_store_a_read_then_finds(run: Run, tmp_path: Path) -> None:
+    url = (tmp_path / "new" / "store").as_uri()
+    assert ok(run("--store", url, "append", "s", "hello")) != ""
+    assert ok(run("--store", url, "list")) == "s\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["list", "--long", "--json"], "--long, --tree and --json are alternatives: give one"),
+        (["list", "--tree", "--long"], "--long, --tree and --json are alternatives: give one"),
+        (["list", "--tree", "--json"], "--long, --tree and --json are alternatives: give one"),
+        (["tail", "c", "--from", "2", "-n", "1"], "--from and -n/--events are alternatives: give one"),
+        (["tail", "c", "--from", "2", "--events", "10"], "--from and -n/--events are alternatives: give one"),
+        (["tail", "c", "--timeout", "1"], "--timeout: only with --follow"),
+        (["tail", "c", "--interval", "1", "--timeout", "1"], "--interval and --timeout: only with --follow"),
+    ],
+)
+def test_options_that_contradict_each_other_are_exit_2(run: Run, args: list[str], error: str) -> None:
+    assert error in one_line_error(run(*args), 2)
+
+
+def test_the_options_each_alone_still_work(run: Run) -> None:
+    assert ok(run("list", "--json")).count("\n") == 1
+    assert ok(run("tail", "c", "--from", "2")).splitlines() == ["[2] user: msg 2", "[3] user: msg 3"]
+    assert ok(run("tail", "c", "-n", "1")).splitlines() == ["[3] user: msg 3"]
+    assert ok(run("tail", "c", "-f", "--interval", "0.05", "--timeout", "0.2")).count("\n") == 3

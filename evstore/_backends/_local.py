@@ -315,9 +315,16 @@ def _scan_names(fd: int, base: str, partial: str, start_after: str, pick: _Small
 
 
 class LocalStore(ObjectStore):
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
+        """The store in ``directory``, made there when missing; with ``create=False`` a directory
+        that holds no store (no ``objects`` directory) is ``StoreUnavailableError`` instead, and
+        nothing is made: what a tool that only reads wants where a path was mistyped."""
         self.base = Path(directory)
         self.location = f"file://{self.base}"
+        if not create and not (self.base / "objects").is_dir():
+            raise StoreUnavailableError(
+                f"no store in directory {str(self.base)!r}: it does not exist or holds no evstore objects"
+            )
         try:
             self.base.mkdir(parents=True, exist_ok=True)
             for name in ("objects", "meta", "tmp"):
