@@ -227,7 +227,6 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
     else:
         _ensure_salt(ctx, loaded)  # the first write
         key = _read.session_key(ctx, manifest, kid)
-    prefix = ctx.layout.session_prefix(session_id)
     segments = [loaded.meta.segment_key(ctx.layout, session_id, segment) for segment in loaded.meta.segments]
     if segments:
         ctx.backend.delete_many(segments)
@@ -256,19 +255,7 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
             start = checked[-1].raw.seq + 1
         if not plans:
             break
-        record = RekeyRecord(
-            session_id,
-            manifest.uid,
-            format_ts(ctx.clock()),
-            kid,
-            plans[0][0],
-            [p[1] for p in plans],
-            [sha256_hex(p[2]) for p in plans],
-        )
-        record_key = f"{prefix}rekeys/{format_ts(ctx.clock())}-{os.urandom(4).hex()}"
-        ctx.backend.create(record_key, encode_json(record), tags=ctx.tags_for(manifest.retention))
-        records.append(record_key)
-        ctx.forget_records(session_id)
+        records.append(_write_record(ctx, manifest, kid, plans[0][0], [p[1] for p in plans], [sha256_hex(p[2]) for p in plans]))
         for seq, _, data, etag, metadata in plans:
             try:
                 ctx.backend.replace(
@@ -283,7 +270,20 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
                 if ctx.backend.get(ctx.layout.event_key(session_id, seq)).data != data:
                     raise WriteConflictError(session_id, seq, "the event was replaced concurrently (another rekey?)") from None
             resealed += 1
+    if not (records or current) and manifest.kid != kid:
+        # no event of its own (a fork rekeyed before its first): a record with nothing re-sealed
+        # declares the key id its first event will be sealed under (``_read.check_key_id``)
+        records.append(_write_record(ctx, manifest, kid, start, [], []))
     return RekeyResult(session_id, kid, resealed, current, records)
+
+
+def _write_record(ctx: StoreContext, manifest: Manifest, kid: str, first: int, old: list[str], new: list[str]) -> str:
+    """Create a rekey record (``RekeyRecord``) of the session; its key."""
+    record = RekeyRecord(manifest.sid, manifest.uid, format_ts(ctx.clock()), kid, first, old, new)
+    key = f"{ctx.layout.session_prefix(manifest.sid)}rekeys/{format_ts(ctx.clock())}-{os.urandom(4).hex()}"
+    ctx.backend.create(key, encode_json(record), tags=ctx.tags_for(manifest.retention))
+    ctx.forget_records(manifest.sid)
+    return key
 
 
 def shred(ctx: StoreContext, session_id: str, *, include_forks: bool = False) -> ShredResult:

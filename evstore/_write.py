@@ -527,18 +527,26 @@ def origin(loaded: Loaded) -> tuple[int, str]:
     return loaded.manifest.base, loaded.genesis
 
 
+def first_key_id(ctx: StoreContext, loaded: Loaded) -> str | None:
+    """The key id the session's first own event is sealed under: its manifest's, unless a rekey
+    before that event moved it (the newest rekey record's: ``rekey`` writes one though it has
+    nothing to re-seal). Reads the records (a LIST, a GET each) only where the listing found some."""
+    found = _read.records(ctx, loaded.manifest) if loaded.meta.rekeyed else []
+    return max(found, key=lambda record: record.at).kid if found else loaded.manifest.kid
+
+
 def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
     """(head, hash of the head event, key id to seal with): what the next append continues.
 
-    A session keeps sealing under the key id of its newest event (its
-    manifest's at first), so rotating the active key never mixes keys
+    A session keeps sealing under the key id of its newest event (``first_key_id``
+    at first), so rotating the active key never mixes keys
     into an old session; ``rekey`` moves it to the active key. A plaintext
     head in a session that takes only sealed events (``Loaded.sealed_only``) is refused
     (``IntegrityError``), as reads refuse it: no writer continues it.
     """
     manifest = loaded.manifest
     if head < loaded.first_own:
-        return (*origin(loaded), manifest.kid)
+        return (*origin(loaded), first_key_id(ctx, loaded))
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")

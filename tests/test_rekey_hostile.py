@@ -288,3 +288,45 @@ def test_an_interrupted_rekey_of_an_ancestor_is_completed_by_running_it_again(st
         assert contents(operator, s) == before[s], s
         assert operator.verify(s).events == len(before[s])
     assert {e.key_id for e in operator.replay("c")} == {"b"}
+
+
+@pytest.mark.parametrize("empty", ["fork", "new session"])
+def test_a_session_rekeyed_before_its_first_event_takes_appends_under_the_new_key(
+    stores: tuple[Store, Store], empty: str
+) -> None:
+    """A fork with no event of its own (or a session created empty), rekeyed: nothing is
+    re-sealed, and a record declares the key its first event is sealed under, so the writer's
+    first event is sealed under it and reads accept it (the key id is not one the session never
+    used). A store without the key is told so in one line, and appends nothing."""
+    writing, operator = stores
+    build(writing, "at the head")  # c, and d a fork of c at 3 with no event of its own
+    if empty == "new session":
+        writing.create("d2")
+    sid = "d" if empty == "fork" else "d2"
+    before = contents(operator, sid)
+    result = operator.rekey(sid)
+    assert (result.resealed, result.already_current, len(result.records)) == (0, 0, 1)
+    operator.open(sid).append(msg("first own"))
+    operator.open(sid).append(msg("second own"))
+    assert contents(operator, sid) == [*before, "first own", "second own"]
+    own = [e for e in operator.replay(sid) if e.seq > len(before)]
+    assert [e.key_id for e in own] == ["b", "b"]
+    assert operator.verify(sid).events == len(before) + 2
+    keyless = Store(operator.backend, root="root")
+    with pytest.raises(KeyRequiredError, match="key id 'b'"):
+        keyless.open(sid).append(msg("no key"))
+    assert contents(operator, sid) == [*before, "first own", "second own"]
+    assert operator.rekey(sid).records == []  # again: nothing to re-seal, and the key is declared
+
+
+def test_a_planted_record_cannot_make_a_first_event_sealed_under_a_key_the_keyring_lacks(backend: ObjectStore) -> None:
+    store = Store(backend, root="root", keyring=ONLY_A)
+    store.open("c", create=True).append(msg("one"))
+    store.fork("c", "d")
+    d = read_manifest(store.shared, "d")
+    assert d is not None
+    record = RekeyRecord("d", d[0].uid, "2999-01-01T00:00:00.000000Z", "planted", 2, [], [])
+    backend.create("root/sessions/d/rekeys/2999-01-01T00:00:00.000000Z-x", encode_json(record))
+    with pytest.raises(KeyRequiredError, match="key id 'planted'"):
+        store.open("d").append(msg("two"))
+    assert contents(store, "d") == ["one"]
