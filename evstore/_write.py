@@ -728,7 +728,8 @@ def resume_folded(
             return create(ctx, session_id, retention=retention), ContextFolder()
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
-    head, head_hash, seal_kid = head_state(ctx, loaded, 0)
+    head, head_hash = origin(loaded)
+    seal_kid = None  # the head's, once an own event is read; else (after them) ``first_key_id``
     folder = ContextFolder()
     keys: dict[str, int] = {}
     # what the writer keeps of the events it read: their idempotency keys, and the bytes of the
@@ -743,6 +744,8 @@ def resume_folded(
             if raw.envelope.idem is not None:
                 keys.setdefault(raw.envelope.idem, raw.seq)
             recent.append((raw.seq, raw.data))
+    if head < loaded.first_own:  # no event of its own: read the rekey records only now, if any
+        seal_kid = first_key_id(ctx, loaded)
     session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
     session._tiles = tiles if tiles.size == head else None  # a session whose seqs start past 1 has none

@@ -306,7 +306,9 @@ def test_a_session_rekeyed_before_its_first_event_takes_appends_under_the_new_ke
     before = contents(operator, sid)
     result = operator.rekey(sid)
     assert (result.resealed, result.already_current, len(result.records)) == (0, 0, 1)
-    operator.open(sid).append(msg("first own"))
+    writer, context = operator.resume(sid)  # the writer of one pass, as the adapters take it
+    assert [m["content"] for m in context] == before
+    writer.append(msg("first own"))
     operator.open(sid).append(msg("second own"))
     assert contents(operator, sid) == [*before, "first own", "second own"]
     own = [e for e in operator.replay(sid) if e.seq > len(before)]
