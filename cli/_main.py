@@ -435,12 +435,15 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
         return
     infos = []
     gone: dict[str, str] = {}  # id -> why it has objects but no live session
+    held: dict[str, tuple[str, ...]] = {}  # id of a deleted session -> the live forks that keep it
     unreadable: dict[str, str] = {}  # id -> why it cannot be read
     for session_id in ids:
         try:
             infos.append(store.info(session_id))
         except SessionNotFoundError as error:
-            gone[session_id] = "deleted" if "was deleted" in str(error) else "no manifest"
+            gone[session_id] = "deleted" if error.deleted else "no manifest"
+            if error.kept_for_forks:
+                held[session_id] = error.kept_for_forks
         except SessionExpiredError:
             gone[session_id] = "expired"
         except IntegrityError as error:
@@ -455,7 +458,13 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
         for info in infos:
             say_json(info_json(info))
         for session_id, state_ in gone.items():
-            say_json({"session": session_id, "state": state_})
+            say_json(
+                {
+                    "session": session_id,
+                    "state": state_,
+                    **({"kept_for_forks": list(held[session_id])} if session_id in held else {}),
+                }
+            )
         for session_id, why in unreadable.items():
             say_json({"session": session_id, "state": "unreadable", "error": why})
     else:
@@ -463,7 +472,9 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
             parent = f" fork of {info.parent.sid}@{info.parent.seq}" if info.parent else ""
             say(f"{info.session_id}\thead={info.head}\t{info.retention}{parent}")
         for session_id, state_ in gone.items():
-            say(f"{session_id}\t({GONE_NOTES[state_]})")
+            forks = held.get(session_id)
+            note = GONE_NOTES[state_] if forks is None else HELD_NOTE.format(forks=", ".join(forks)[:200])
+            say(f"{session_id}\t({note})")
         for session_id, why in unreadable.items():
             say(f"{session_id}\t(unreadable: {why})")
     if unreadable:  # everything readable is listed; a script still learns that something is wrong
@@ -472,8 +483,9 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
 
 
 #: What ``list`` says about an id that has objects but no live session.
+HELD_NOTE = "deleted; kept while its forks ({forks}) read it: the id stays taken until they are deleted and gc has removed it"
 GONE_NOTES = {
-    "deleted": "deleted; gc removes it after the fence hold (not while forks read it); the id can be created again",
+    "deleted": "deleted; gc removes it after the fence hold; the id can be created again",
     "expired": "expired; remnants until gc removes them",
     "no manifest": "no manifest; remnants until gc removes them",
 }

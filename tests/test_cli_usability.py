@@ -322,12 +322,22 @@ def test_list_marks_deleted_sessions_kept_for_forks_in_every_form(run: Run) -> N
     assert ok(run("list")).split() == ["child", "parent", "solo"]  # ids that have objects, as documented
     long_lines = ok(run("list", "--long")).splitlines()
     assert [line.split("\t")[0] for line in long_lines] == ["child", "solo", "parent"]
-    assert "deleted; gc removes it after the fence hold (not while forks read it)" in long_lines[-1]
-    assert {"session": "parent", "state": "deleted"} in [json.loads(x) for x in ok(run("list", "--json")).splitlines()]
+    assert long_lines[-1] == (
+        "parent\t(deleted; kept while its forks (child) read it: the id stays taken until they are deleted and gc has removed it)"
+    )
+    listed = [json.loads(x) for x in ok(run("list", "--json")).splitlines()]
+    assert {"session": "parent", "state": "deleted", "kept_for_forks": ["child"]} in listed
     assert ok(run("list", "--tree")).splitlines() == ["solo (head 1)", "parent (deleted)", "  └─ child @1 (head 1)"]
     # reusing the id says why it is taken
     line = one_line_error(run("append", "parent", "again"), 3)
     assert "its forks (child) read its events" in line and "until those forks are deleted and gc has removed them" in line
+    ok(run("delete", "solo"))  # no fork reads it: the id can be created again, and list says so
+    assert (
+        ok(run("list", "--long")).splitlines()[-1]
+        == "solo\t(deleted; gc removes it after the fence hold; the id can be created again)"
+    )
+    assert {"session": "solo", "state": "deleted"} in [json.loads(x) for x in ok(run("list", "--json")).splitlines()]
+    ok(run("create", "solo"))
 
 
 def test_gc_keep_holds_back_sessions_younger_than_the_grace_and_says_so(run: Run) -> None:
