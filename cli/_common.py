@@ -161,8 +161,9 @@ def exit_code_for(error: EvstoreError) -> int:
 
 
 #: The commands that only read the store: they never make a local store where ``--store`` or
-#: ``EVSTORE_STORE`` names a directory that holds none (a mistyped ``file:`` path is an error, as a
-#: missing bucket is, not an empty listing). The default directory is made by any command.
+#: ``EVSTORE_STORE`` names a directory that does not exist or holds other files (a mistyped ``file:``
+#: path is an error, as a missing bucket is, not an empty listing). The default directory is made
+#: by any command.
 READ_ONLY_COMMANDS = frozenset({"export", "info", "list", "prove", "replay", "tail", "tree-head", "verify"})
 
 

@@ -193,7 +193,8 @@ def open_store(
     Network settings (S3): the arguments, else ``EVSTORE_CONNECT_TIMEOUT``, ``EVSTORE_READ_TIMEOUT``,
     ``EVSTORE_MAX_ATTEMPTS`` (else ``AWS_MAX_ATTEMPTS``), ``EVSTORE_RETRY_DEADLINE``; ``on_retry``
     gets a one-line note each time a request is retried. ``create_store=False``: a ``file:`` URL whose
-    directory holds no store is ``StoreUnavailableError`` rather than a new, empty store (for tools that only read).
+    directory does not exist, or holds other files and no store, is ``StoreUnavailableError`` rather than a new
+    store (for tools that only read).
     ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``writer_lease``, ``clock``).
     """
     env = os.environ if environ is None else environ

@@ -305,23 +305,29 @@ def test_a_rewind_line_after_plain_message_lines_is_exit_2_and_appends_nothing(r
     ],
 )
 @pytest.mark.parametrize("named_by", ["--store", "EVSTORE_STORE"])
-def test_a_read_of_a_directory_with_no_store_fails_and_makes_nothing(
-    run: Run, tmp_path: Path, command: list[str], named_by: str
-) -> None:
-    """As a missing bucket is: exit 1 in one line, and the mistyped path is left as it was."""
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    for path in (tmp_path / "typo" / "store", empty):
+def test_a_read_where_no_store_is_fails_and_makes_nothing(run: Run, tmp_path: Path, command: list[str], named_by: str) -> None:
+    """As a missing bucket is: exit 1 in one line, and the mistyped path is left as it was; a
+    directory that holds other files is no store either."""
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    cases = {tmp_path / "typo" / "store": "it does not exist", other: "it holds other files, and no evstore objects"}
+    for path, why in cases.items():
         if named_by == "--store":
             result = run("--store", path.as_uri(), *command)
         else:
             result = run(*command, env={"EVSTORE_STORE": path.as_uri()})
-        assert (
-            one_line_error(result, 1)
-            == f"evstore: no store in directory {str(path)!r}: it does not exist or holds no evstore objects"
-        )
+        assert one_line_error(result, 1) == f"evstore: no store in directory {str(path)!r}: {why}"
     assert not (tmp_path / "typo").exists()
-    assert list(empty.iterdir()) == []
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
+
+
+def test_an_empty_directory_is_an_empty_store_to_a_read(run: Run, tmp_path: Path) -> None:
+    """As an empty bucket is: nothing listed, a session not found (exit 3)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert ok(run("--store", empty.as_uri(), "list")) == ""
+    assert one_line_error(run("--store", empty.as_uri(), "replay", "c"), 3) == "evstore: session 'c' not found"
 
 
 def test_a_write_makes_the_store_a_read_then_finds(run: Run, tmp_path: Path) -> None:

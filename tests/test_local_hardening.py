@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from evstore import EvstoreError, IntegrityError, LocalStore, Store
+from evstore import EvstoreError, IntegrityError, LocalStore, Store, StoreUnavailableError
 from evstore._backends import ObjectExists, ObjectMissing, ObjectRefused
 
 GUARD_SECONDS = 60
@@ -365,3 +365,21 @@ def test_opening_the_store_sweeps_temp_files_a_killed_process_left(tmp_path: Pat
     os.utime(other, (two_hours_ago, two_hours_ago))
     LocalStore(tmp_path / "store")
     assert sorted(os.listdir(tmp)) == ["not-ours", "t-fresh"]
+
+
+def test_a_store_opened_to_read_only_is_never_made_where_none_is(tmp_path: Path) -> None:
+    """``LocalStore(path, create=False)``: a path that does not exist, names a file, or names a
+    directory of other files is ``StoreUnavailableError`` and stays as it was; an empty directory
+    and an existing store open."""
+    missing, file, other, empty, store = (tmp_path / name for name in ("missing", "file", "other", "empty", "store"))
+    file.write_text("x")
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    empty.mkdir()
+    Store(LocalStore(store)).open("s", create=True).append(user("kept"))
+    for path, why in ((missing, "it does not exist"), (file, "Not a directory"), (other, "it holds other files")):
+        with pytest.raises(StoreUnavailableError, match=why):
+            LocalStore(path, create=False)
+    assert not missing.exists() and file.read_text() == "x" and [p.name for p in other.iterdir()] == ["notes.txt"]
+    assert list(LocalStore(empty, create=False).list("")) == []
+    assert [m["content"] for m in Store(LocalStore(store, create=False)).context("s")] == ["kept"]

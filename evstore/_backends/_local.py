@@ -316,15 +316,14 @@ def _scan_names(fd: int, base: str, partial: str, start_after: str, pick: _Small
 
 class LocalStore(ObjectStore):
     def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
-        """The store in ``directory``, made there when missing; with ``create=False`` a directory
-        that holds no store (no ``objects`` directory) is ``StoreUnavailableError`` instead, and
-        nothing is made: what a tool that only reads wants where a path was mistyped."""
+        """The store in ``directory``, made there when missing. With ``create=False`` (for tools
+        that only read, where a path may be mistyped) a directory that does not exist, or holds
+        files but no store (no ``objects`` directory), is ``StoreUnavailableError`` and nothing is
+        made; an empty directory is an empty store, as an empty bucket is."""
         self.base = Path(directory)
         self.location = f"file://{self.base}"
-        if not create and not (self.base / "objects").is_dir():
-            raise StoreUnavailableError(
-                f"no store in directory {str(self.base)!r}: it does not exist or holds no evstore objects"
-            )
+        if not create:
+            self._check_exists()
         try:
             self.base.mkdir(parents=True, exist_ok=True)
             for name in ("objects", "meta", "tmp"):
@@ -341,6 +340,18 @@ class LocalStore(ObjectStore):
         self._indexed = 0  # names held by the indexes
         self._index_lock = threading.Lock()
         self._sweep_tmp()
+
+    def _check_exists(self) -> None:
+        """``StoreUnavailableError`` unless the directory holds a store or nothing at all."""
+        try:
+            with os.scandir(self.base) as entries:
+                names = {entry.name for entry in entries}
+        except FileNotFoundError:
+            raise StoreUnavailableError(f"no store in directory {str(self.base)!r}: it does not exist") from None
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
+        if names and "objects" not in names:
+            raise StoreUnavailableError(f"no store in directory {str(self.base)!r}: it holds other files, and no evstore objects")
 
     def _claim_base_files(self) -> None:
         """Create ``lock`` (0600) and ``lifecycle.json`` (no rules) where they are missing, so that
