@@ -5,7 +5,8 @@ Checks, in order (a check that needs an earlier one that failed is skipped):
 * ``store URL``: the URL parses and names a backend (and the network settings parse);
 * ``credentials``: S3 only: botocore finds credentials, and the server accepts them;
 * ``bucket``: the bucket exists and may be listed under the store root (a local
-  directory: exists and is writable);
+  directory: exists and is writable; one named by the URL or ``EVSTORE_STORE`` that does
+  not exist, or holds other files and no store, fails, and nothing is made there);
 * ``conditional create``: the server honours ``If-None-Match: *``: a scratch object is
   created, a second create of the same key must be refused and leave the first
   bytes, and the object is removed afterwards. Its key is
@@ -34,7 +35,7 @@ from . import _lifecycle
 from ._backends import LocalStore, MemoryStore, ObjectExists, ObjectMissing, ObjectStore
 from ._backends._retry import NetworkSettings, RetryNote
 from ._crypto import Keyring
-from ._errors import EvstoreError, InvalidInputError
+from ._errors import EvstoreError, InvalidInputError, StoreUnavailableError
 from ._ids import Layout
 
 Status = Literal["ok", "fail", "skip"]
@@ -88,7 +89,7 @@ def diagnose(
     """Run every check against the store ``url`` names (as ``open_store`` would open it), or
     against ``backend`` and ``root`` when given. Never raises for what it finds: each problem
     is a failed check with a hint."""
-    from ._url import default_store_url, open_backend
+    from ._url import default_store_url, open_backend, redact_url
 
     env = os.environ if environ is None else environ
     checks: list[Check] = []
@@ -102,7 +103,21 @@ def diagnose(
                 max_attempts=max_attempts,
                 retry_deadline=retry_deadline,
             )
-            backend, root = open_backend(shown, endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry)
+            # a store named by the URL or EVSTORE_STORE is checked where it is: never made (the default is)
+            named = url is not None or bool(env.get("EVSTORE_STORE"))
+            backend, root = open_backend(
+                shown, endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry, create_store=not named
+            )
+        except StoreUnavailableError as error:  # a file: store whose directory is missing or holds other files
+            checks += [
+                Check("store URL", "ok", f"{redact_url(shown)} (local directory)"),
+                Check("credentials", "ok", "not needed (local directory)"),
+                Check("bucket", "fail", str(error), "a write (evstore append) makes the store there; check the path"),
+                Check("conditional create", "skip", "needs a reachable bucket"),
+                _keys(env, keyring),
+                Check("lifecycle", "skip", "needs a reachable bucket"),
+            ]
+            return DoctorReport(checks)
         except EvstoreError as error:
             checks.append(
                 Check(

@@ -66,6 +66,7 @@ def test_a_memory_store_passes_every_check_and_keeps_nothing() -> None:
 
 
 def test_a_local_directory_passes_every_check_and_keeps_nothing(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()  # empty: an empty store, as an empty bucket is
     report = diagnose((tmp_path / "store").as_uri(), environ=NO_KEYS)
     assert report.ok, report.checks
     assert "not run by local stores" in check(report, "lifecycle").detail
@@ -169,13 +170,40 @@ def test_a_missing_bucket_fails_with_how_to_create_it(moto_endpoint: str) -> Non
 def test_a_server_that_never_answers_fails_the_bucket_check() -> None:
     silent = SilentServer()
     try:
-        report = diagnose(
-            "s3://some-bucket/r", endpoint_url=silent.url, environ=NO_KEYS, read_timeout=0.3, max_attempts=1
-        )
+        report = diagnose("s3://some-bucket/r", endpoint_url=silent.url, environ=NO_KEYS, read_timeout=0.3, max_attempts=1)
     finally:
         silent.close()
     assert_fails_with_hint(report, "bucket", "no answer within the 0.3 s read timeout", "--endpoint-url")
     assert silent.connections == 1
+
+
+@pytest.mark.parametrize("named_by", ["url", "EVSTORE_STORE"])
+def test_a_named_local_store_that_is_not_there_fails_and_nothing_is_made(tmp_path: Path, named_by: str) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for path, why in ((tmp_path / "typo" / "store", "it does not exist"), (other, "it holds other files")):
+        if named_by == "url":
+            report = diagnose(path.as_uri(), environ=NO_KEYS)
+        else:
+            report = diagnose(environ={**NO_KEYS, "EVSTORE_STORE": path.as_uri()})
+        assert statuses(report) == {
+            "store URL": "ok",
+            "credentials": "ok",
+            "bucket": "fail",
+            "conditional create": "skip",
+            "keys": "ok",
+            "lifecycle": "skip",
+        }
+        assert_fails_with_hint(report, "bucket", f"no store in directory {str(path)!r}: {why}", "a write (evstore append) makes")
+    assert not (tmp_path / "typo").exists()
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
+
+
+def test_the_default_local_store_is_made_by_doctor_as_by_any_command(tmp_path: Path) -> None:
+    report = diagnose(environ={**NO_KEYS, "XDG_DATA_HOME": str(tmp_path / "data"), "HOME": str(tmp_path)})
+    assert report.ok, report.checks
+    assert (tmp_path / "data" / "evstore" / "objects").is_dir()
 
 
 def test_a_missing_local_directory_fails(tmp_path: Path) -> None:
@@ -256,6 +284,7 @@ def run_doctor(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_command_prints_one_line_per_check_and_exits_0_when_all_pass(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
     run = run_doctor("--store", (tmp_path / "s").as_uri(), "doctor")
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
