@@ -160,11 +160,11 @@ def exit_code_for(error: EvstoreError) -> int:
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
-#: The commands that only read the store: they never make a local store where ``--store`` or
-#: ``EVSTORE_STORE`` names a directory that does not exist or holds other files (a mistyped ``file:``
-#: path is an error, as a missing bucket is, not an empty listing). The default directory is made
-#: by any command.
-READ_ONLY_COMMANDS = frozenset({"export", "info", "list", "prove", "replay", "tail", "tree-head", "verify"})
+#: The commands that may make a local store: those that create sessions. Any other never makes one
+#: where ``--store`` or ``EVSTORE_STORE`` names a directory that does not exist or holds other files
+#: (a mistyped ``file:`` path is an error, as a missing bucket is, not an empty listing). The default
+#: directory is made by any command.
+STORE_MAKING_COMMANDS = frozenset({"append", "create", "import"})
 
 
 class Context:
@@ -174,13 +174,13 @@ class Context:
         endpoint_url: str | None,
         network: dict[str, Any] | None = None,
         *,
-        read_only: bool = False,
+        makes_store: bool = True,
     ) -> None:
         self.store_url = store_url
         self.endpoint_url = endpoint_url
         #: ``open_store`` keyword arguments from the global network options (cli/_network.py).
         self.network = dict(network or {})
-        self.read_only = read_only
+        self.makes_store = makes_store
         self._store: Store | None = None
 
     @property
@@ -188,7 +188,7 @@ class Context:
         if self._store is None:
             named = self.store_url or os.environ.get("EVSTORE_STORE")  # else the default directory, made on first use
             self._store = evstore.open_store(
-                self.store_url, endpoint_url=self.endpoint_url, create_store=not (self.read_only and named), **self.network
+                self.store_url, endpoint_url=self.endpoint_url, create_store=self.makes_store or not named, **self.network
             )
         return self._store
 

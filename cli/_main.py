@@ -27,7 +27,7 @@ from evstore import (
 from evstore._context import FENCE_HOLD
 
 from ._common import (
-    READ_ONLY_COMMANDS,
+    STORE_MAKING_COMMANDS,
     CommandError,
     Context,
     Progress,
@@ -127,7 +127,7 @@ def cli(ctx: click.Context, /, store_url: str | None, endpoint_url: str | None, 
     Exit codes: 0 success, 1 unexpected failure, 2 usage or invalid input,
     3 session not found, 4 write conflict, 5 integrity failure, 6 session expired.
     """
-    state = Context(store_url, endpoint_url, open_options(**network), read_only=ctx.invoked_subcommand in READ_ONLY_COMMANDS)
+    state = Context(store_url, endpoint_url, open_options(**network), makes_store=ctx.invoked_subcommand in STORE_MAKING_COMMANDS)
     ctx.obj = state
     ctx.call_on_close(state.close)
 

@@ -302,12 +302,20 @@ def test_a_rewind_line_after_plain_message_lines_is_exit_2_and_appends_nothing(r
         ["verify", "c"],
         ["export", "c", "--format", "jsonl"],
         ["prove", "c", "1"],
+        ["tree-head", "c"],
+        ["gc", "--dry-run"],
+        ["compact", "c"],
+        ["delete", "c"],
+        ["fork", "c", "d"],
+        ["rewind", "c", "--to", "1"],
+        ["lifecycle", "show"],
     ],
 )
 @pytest.mark.parametrize("named_by", ["--store", "EVSTORE_STORE"])
 def test_a_read_where_no_store_is_fails_and_makes_nothing(run: Run, tmp_path: Path, command: list[str], named_by: str) -> None:
-    """As a missing bucket is: exit 1 in one line, and the mistyped path is left as it was; a
-    directory that holds other files is no store either."""
+    """Only append, create and import make a store. Any other command, as for a missing bucket: exit
+    1 in one line, and the mistyped path is left as it was; a directory that holds other files is
+    no store either."""
     other = tmp_path / "home"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
@@ -330,10 +338,17 @@ def test_an_empty_directory_is_an_empty_store_to_a_read(run: Run, tmp_path: Path
     assert one_line_error(run("--store", empty.as_uri(), "replay", "c"), 3) == "evstore: session 'c' not found"
 
 
-def test_a_write_makes_the_store_a_read_then_finds(run: Run, tmp_path: Path) -> None:
-    url = (tmp_path / "new" / "store").as_uri()
-    assert ok(run("--store", url, "append", "s", "hello")) != ""
-    assert ok(run("--store", url, "list")) == "s\n"
+def test_the_commands_that_create_a_session_make_the_store(run: Run, tmp_path: Path) -> None:
+    (tmp_path / "m.jsonl").write_text(json.dumps(msg("hello")) + "\n")
+    commands = {
+        "append": ["append", "s", "hello"],
+        "create": ["create", "s"],
+        "import": ["import", "s", str(tmp_path / "m.jsonl"), "--format", "jsonl"],
+    }
+    for name, command in commands.items():
+        url = (tmp_path / name / "store").as_uri()
+        ok(run("--store", url, *command))
+        assert ok(run("--store", url, "list")) == "s\n"
 
 
 @pytest.mark.parametrize(
