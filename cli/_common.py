@@ -160,7 +160,8 @@ def exit_code_for(error: EvstoreError) -> int:
     return next(code for kind, code in EXIT_CODES if isinstance(error, kind))
 
 
-#: The commands that may make a local store: those that create sessions. Any other never makes one
+#: The commands that may make a local store: those that create sessions (and ``lifecycle apply``,
+#: which sets ``Context.makes_store`` itself: a subcommand is not known here). Any other never makes one
 #: where ``--store`` or ``EVSTORE_STORE`` names a directory that does not exist or holds other files
 #: (a mistyped ``file:`` path is an error, as a missing bucket is, not an empty listing). The default
 #: directory is made by any command.

@@ -776,6 +776,7 @@ def lifecycle() -> None:
 @pass_context
 def lifecycle_apply(state: Context, ephemeral_days: int) -> None:
     """Install the rules (merged with the bucket's own; running it twice changes nothing)."""
+    state.makes_store = True  # setting a store up, as creating a session does
     store = state.store
     changed, rules = store.apply_lifecycle(ephemeral_days)
     line = ("installed" if changed else "unchanged") + f": {len(rules)} rules"

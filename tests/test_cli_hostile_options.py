@@ -338,17 +338,18 @@ def test_an_empty_directory_is_an_empty_store_to_a_read(run: Run, tmp_path: Path
     assert one_line_error(run("--store", empty.as_uri(), "replay", "c"), 3) == "evstore: session 'c' not found"
 
 
-def test_the_commands_that_create_a_session_make_the_store(run: Run, tmp_path: Path) -> None:
+def test_the_commands_that_create_a_session_or_set_rules_make_the_store(run: Run, tmp_path: Path) -> None:
     (tmp_path / "m.jsonl").write_text(json.dumps(msg("hello")) + "\n")
     commands = {
         "append": ["append", "s", "hello"],
         "create": ["create", "s"],
         "import": ["import", "s", str(tmp_path / "m.jsonl"), "--format", "jsonl"],
+        "lifecycle apply": ["lifecycle", "apply"],
     }
     for name, command in commands.items():
         url = (tmp_path / name / "store").as_uri()
         ok(run("--store", url, *command))
-        assert ok(run("--store", url, "list")) == "s\n"
+        assert ok(run("--store", url, "list")) == ("" if name == "lifecycle apply" else "s\n")
 
 
 @pytest.mark.parametrize(
