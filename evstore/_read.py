@@ -766,6 +766,14 @@ def records(ctx: StoreContext, manifest: Manifest) -> list[RekeyRecord]:
     return cached
 
 
+def first_key_id(ctx: StoreContext, loaded: Loaded) -> str | None:
+    """The key id the session's first own event is sealed under: its manifest's, unless a rekey
+    before that event moved it (the newest rekey record's: ``rekey`` writes one though it has
+    nothing to re-seal). Reads the records (a LIST, a GET each) only where the listing found some."""
+    found = records(ctx, loaded.manifest) if loaded.meta.rekeyed else []
+    return max(found, key=lambda record: record.at).kid if found else loaded.manifest.kid
+
+
 def canonical_hash(ctx: StoreContext, manifest: Manifest, digest: str) -> str:
     """The current hash of the event that ``digest`` named, following rekey records
     (callers compare it with an event's actual hash: see ``load_records``)."""

@@ -219,7 +219,9 @@ def open_store(
     elif isinstance(keyring, str | os.PathLike):
         keyring = Keyring.from_file(keyring)
     elif not isinstance(keyring, Keyring):
-        raise InvalidInputError(f"keyring must be an evstore.Keyring or the path of a keyring file, not {type(keyring).__name__}")
+        raise InvalidInputError(
+            f"keyring must be an evstore.Keyring or the path of a keyring file, not {type(keyring).__name__}"
+        )
     if require_encryption is None:
         require_encryption = env.get("EVSTORE_REQUIRE_ENCRYPTION", "").strip().lower() in _TRUE
     if "auto_compact" not in options and env.get("EVSTORE_AUTO_COMPACT"):

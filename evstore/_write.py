@@ -527,18 +527,10 @@ def origin(loaded: Loaded) -> tuple[int, str]:
     return loaded.manifest.base, loaded.genesis
 
 
-def first_key_id(ctx: StoreContext, loaded: Loaded) -> str | None:
-    """The key id the session's first own event is sealed under: its manifest's, unless a rekey
-    before that event moved it (the newest rekey record's: ``rekey`` writes one though it has
-    nothing to re-seal). Reads the records (a LIST, a GET each) only where the listing found some."""
-    found = _read.records(ctx, loaded.manifest) if loaded.meta.rekeyed else []
-    return max(found, key=lambda record: record.at).kid if found else loaded.manifest.kid
-
-
 def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
     """(head, hash of the head event, key id to seal with): what the next append continues.
 
-    A session keeps sealing under the key id of its newest event (``first_key_id``
+    A session keeps sealing under the key id of its newest event (``_read.first_key_id``
     at first), so rotating the active key never mixes keys
     into an old session; ``rekey`` moves it to the active key. A plaintext
     head in a session that takes only sealed events (``Loaded.sealed_only``) is refused
@@ -546,7 +538,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     """
     manifest = loaded.manifest
     if head < loaded.first_own:
-        return (*origin(loaded), first_key_id(ctx, loaded))
+        return (*origin(loaded), _read.first_key_id(ctx, loaded))
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
@@ -729,7 +721,7 @@ def resume_folded(
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
     head, head_hash = origin(loaded)
-    seal_kid = None  # the head's, once an own event is read; else (after them) ``first_key_id``
+    seal_kid = None  # the head's, once an own event is read; else (after them) ``_read.first_key_id``
     folder = ContextFolder()
     keys: dict[str, int] = {}
     # what the writer keeps of the events it read: their idempotency keys, and the bytes of the
@@ -745,7 +737,7 @@ def resume_folded(
                 keys.setdefault(raw.envelope.idem, raw.seq)
             recent.append((raw.seq, raw.data))
     if head < loaded.first_own:  # no event of its own: read the rekey records only now, if any
-        seal_kid = first_key_id(ctx, loaded)
+        seal_kid = _read.first_key_id(ctx, loaded)
     session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
     session._tiles = tiles if tiles.size == head else None  # a session whose seqs start past 1 has none

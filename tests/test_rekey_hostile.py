@@ -306,6 +306,7 @@ def test_a_session_rekeyed_before_its_first_event_takes_appends_under_the_new_ke
     before = contents(operator, sid)
     result = operator.rekey(sid)
     assert (result.resealed, result.already_current, len(result.records)) == (0, 0, 1)
+    assert operator.rekey(sid).records == []  # again: the record names the key already
     writer, context = operator.resume(sid)  # the writer of one pass, as the adapters take it
     assert [m["content"] for m in context] == before
     writer.append(msg("first own"))
@@ -318,7 +319,7 @@ def test_a_session_rekeyed_before_its_first_event_takes_appends_under_the_new_ke
     with pytest.raises(KeyRequiredError, match="key id 'b'"):
         keyless.open(sid).append(msg("no key"))
     assert contents(operator, sid) == [*before, "first own", "second own"]
-    assert operator.rekey(sid).records == []  # again: nothing to re-seal, and the key is declared
+    assert operator.rekey(sid).records == []  # with its events: nothing to re-seal
 
 
 def test_a_planted_record_cannot_make_a_first_event_sealed_under_a_key_the_keyring_lacks(backend: ObjectStore) -> None:
