@@ -312,10 +312,12 @@ def test_a_rewind_line_after_plain_message_lines_is_exit_2_and_appends_nothing(r
     ],
 )
 @pytest.mark.parametrize("named_by", ["--store", "EVSTORE_STORE"])
-def test_a_read_where_no_store_is_fails_and_makes_nothing(run: Run, tmp_path: Path, command: list[str], named_by: str) -> None:
-    """Only append, create and import make a store. Any other command, as for a missing bucket: exit
-    1 in one line, and the mistyped path is left as it was; a directory that holds other files is
-    no store either."""
+def test_a_command_that_creates_no_session_fails_where_no_store_is_and_makes_nothing(
+    run: Run, tmp_path: Path, command: list[str], named_by: str
+) -> None:
+    """Only append, create, import and lifecycle apply make a store. Any other command, as for a
+    missing bucket: exit 1 in one line, and the mistyped path is left as it was; a directory that
+    holds other files is no store either."""
     other = tmp_path / "home"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
