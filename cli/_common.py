@@ -187,9 +187,8 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            named = self.store_url or os.environ.get("EVSTORE_STORE")  # else the default directory, made on first use
             self._store = evstore.open_store(
-                self.store_url, endpoint_url=self.endpoint_url, create_store=self.makes_store or not named, **self.network
+                self.store_url, endpoint_url=self.endpoint_url, create_store=self.makes_store, **self.network
             )
         return self._store
 

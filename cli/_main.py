@@ -458,13 +458,10 @@ def list_(state: Context, prefix: str, limit: int | None, long_: bool, tree: boo
         for info in infos:
             say_json(info_json(info))
         for session_id, state_ in gone.items():
-            say_json(
-                {
-                    "session": session_id,
-                    "state": state_,
-                    **({"kept_for_forks": list(held[session_id])} if session_id in held else {}),
-                }
-            )
+            line: dict[str, object] = {"session": session_id, "state": state_}
+            if session_id in held:
+                line["kept_for_forks"] = list(held[session_id])
+            say_json(line)
         for session_id, why in unreadable.items():
             say_json({"session": session_id, "state": "unreadable", "error": why})
     else:

@@ -279,8 +279,9 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
 
 def _write_record(ctx: StoreContext, manifest: Manifest, kid: str, first: int, old: list[str], new: list[str]) -> str:
     """Create a rekey record (``RekeyRecord``) of the session; its key."""
-    record = RekeyRecord(manifest.sid, manifest.uid, format_ts(ctx.clock()), kid, first, old, new)
-    key = f"{ctx.layout.session_prefix(manifest.sid)}rekeys/{format_ts(ctx.clock())}-{os.urandom(4).hex()}"
+    at = format_ts(ctx.clock())
+    record = RekeyRecord(manifest.sid, manifest.uid, at, kid, first, old, new)
+    key = f"{ctx.layout.session_prefix(manifest.sid)}rekeys/{at}-{os.urandom(4).hex()}"
     ctx.backend.create(key, encode_json(record), tags=ctx.tags_for(manifest.retention))
     ctx.forget_records(manifest.sid)
     return key

@@ -89,12 +89,12 @@ def diagnose(
     """Run every check against the store ``url`` names (as ``open_store`` would open it), or
     against ``backend`` and ``root`` when given. Never raises for what it finds: each problem
     is a failed check with a hint."""
-    from ._url import default_store_url, open_backend, redact_url
+    from ._url import chosen_store_url, open_backend, redact_url
 
     env = os.environ if environ is None else environ
     checks: list[Check] = []
     if backend is None:
-        shown = url or default_store_url(env)
+        shown, named = chosen_store_url(url, env)
         try:
             network = NetworkSettings.resolve(
                 env,
@@ -103,8 +103,7 @@ def diagnose(
                 max_attempts=max_attempts,
                 retry_deadline=retry_deadline,
             )
-            # a store named by the URL or EVSTORE_STORE is checked where it is: never made (the default is)
-            named = url is not None or bool(env.get("EVSTORE_STORE"))
+            # a named store is checked where it is: never made (the default directory is)
             backend, root = open_backend(
                 shown, endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry, create_store=not named
             )
@@ -113,9 +112,7 @@ def diagnose(
                 Check("store URL", "ok", f"{redact_url(shown)} (local directory)"),
                 Check("credentials", "ok", "not needed (local directory)"),
                 Check("bucket", "fail", str(error), "a write (evstore append) makes the store there; check the path"),
-                Check("conditional create", "skip", "needs a reachable bucket"),
-                _keys(env, keyring),
-                Check("lifecycle", "skip", "needs a reachable bucket"),
+                *_past_an_unreachable_bucket(env, keyring),
             ]
             return DoctorReport(checks)
         except EvstoreError as error:
@@ -135,16 +132,22 @@ def diagnose(
     layout = Layout(root)
     checks.append(Check("store URL", "ok", f"{backend.location}" + (f", root {root!r}" if root else "") + f" ({_kind(backend)})"))
     try:
-        reachable = _credentials_and_bucket(backend, layout, checks)
-        if reachable:
-            checks.append(_conditional_create(backend, layout))
+        if _credentials_and_bucket(backend, layout, checks):
+            checks += [_conditional_create(backend, layout), _keys(env, keyring), _lifecycle_rules(backend, layout)]
         else:
-            checks.append(Check("conditional create", "skip", "needs a reachable bucket"))
-        checks.append(_keys(env, keyring))
-        checks.append(_lifecycle_rules(backend, layout) if reachable else Check("lifecycle", "skip", "needs a reachable bucket"))
+            checks += _past_an_unreachable_bucket(env, keyring)
     finally:
         backend.close()
     return DoctorReport(checks)
+
+
+def _past_an_unreachable_bucket(env: Mapping[str, str], keyring: Keyring | None) -> list[Check]:
+    """The checks after the bucket's where it cannot be used: the keys alone are checked."""
+    return [
+        Check("conditional create", "skip", "needs a reachable bucket"),
+        _keys(env, keyring),
+        Check("lifecycle", "skip", "needs a reachable bucket"),
+    ]
 
 
 def _credentials_and_bucket(backend: ObjectStore, layout: Layout, checks: list[Check]) -> bool:

@@ -33,6 +33,14 @@ def default_store_url(environ: Mapping[str, str] | None = None) -> str:
     return (base / "evstore").resolve().as_uri()
 
 
+def chosen_store_url(url: str | None, environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """The URL to open (``url``, else ``default_store_url``) and whether it was named (``url`` or
+    ``EVSTORE_STORE``): a named ``file:`` store is made only where asked (``create_store``), the
+    default data directory by any use."""
+    env = os.environ if environ is None else environ
+    return url or default_store_url(env), bool(url or env.get("EVSTORE_STORE"))
+
+
 def open_backend(
     url: str,
     *,
@@ -192,9 +200,10 @@ def open_store(
     ``EVSTORE_AUTO_COMPACT=N`` makes writers pack their runs into segments of N events.
     Network settings (S3): the arguments, else ``EVSTORE_CONNECT_TIMEOUT``, ``EVSTORE_READ_TIMEOUT``,
     ``EVSTORE_MAX_ATTEMPTS`` (else ``AWS_MAX_ATTEMPTS``), ``EVSTORE_RETRY_DEADLINE``; ``on_retry``
-    gets a one-line note each time a request is retried. ``create_store=False``: a ``file:`` URL whose
-    directory does not exist, or holds other files and no store, is ``StoreUnavailableError`` rather than a new
-    store (for tools that only read).
+    gets a one-line note each time a request is retried. ``create_store=False``: a named ``file:`` store (``url``
+    or ``EVSTORE_STORE``) whose directory does not exist, or holds other files and no store, is
+    ``StoreUnavailableError`` rather than a new store (for a caller that must not make one where a path may be
+    mistyped); the default data directory is made anyway.
     ``options`` go to ``Store`` (``max_event_bytes``, ``concurrency``, ``auto_compact``, ``writer_lease``, ``clock``).
     """
     env = os.environ if environ is None else environ
@@ -205,13 +214,9 @@ def open_store(
         max_attempts=max_attempts,
         retry_deadline=retry_deadline,
     )
+    chosen, named = chosen_store_url(url, env)
     backend, root = open_backend(
-        url or default_store_url(env),
-        endpoint_url=endpoint_url,
-        environ=env,
-        network=network,
-        on_retry=on_retry,
-        create_store=create_store,
+        chosen, endpoint_url=endpoint_url, environ=env, network=network, on_retry=on_retry, create_store=create_store or not named
     )
     check_credentials(backend)
     if keyring is None:

@@ -316,10 +316,10 @@ def _scan_names(fd: int, base: str, partial: str, start_after: str, pick: _Small
 
 class LocalStore(ObjectStore):
     def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
-        """The store in ``directory``, made there when missing. With ``create=False`` (for tools
-        that only read, where a path may be mistyped) a directory that does not exist, or holds
-        files but no store (no ``objects`` directory), is ``StoreUnavailableError`` and nothing is
-        made; an empty directory is an empty store, as an empty bucket is."""
+        """The store in ``directory``, made there when missing. With ``create=False`` (a caller
+        that must not make one where a path may be mistyped) a directory that does not exist, or
+        holds files but no store (no ``objects`` directory), is ``StoreUnavailableError`` and
+        nothing is made; an empty directory is an empty store, as an empty bucket is."""
         self.base = Path(directory)
         self.location = f"file://{self.base}"
         if not create:
@@ -342,15 +342,18 @@ class LocalStore(ObjectStore):
         self._sweep_tmp()
 
     def _check_exists(self) -> None:
-        """``StoreUnavailableError`` unless the directory holds a store or nothing at all."""
+        """``StoreUnavailableError`` unless the directory holds a store or nothing at all (one
+        directory entry read, not the whole listing of a large directory that is no store)."""
+        if (self.base / "objects").is_dir():
+            return
         try:
             with os.scandir(self.base) as entries:
-                names = {entry.name for entry in entries}
+                empty = next(entries, None) is None
         except FileNotFoundError:
             raise StoreUnavailableError(f"no store in directory {str(self.base)!r}: it does not exist") from None
         except OSError as exc:
             raise StoreUnavailableError(f"cannot use directory {str(self.base)!r}: {exc.strerror}") from None
-        if names and "objects" not in names:
+        if not empty:
             raise StoreUnavailableError(f"no store in directory {str(self.base)!r}: it holds other files, and no evstore objects")
 
     def _claim_base_files(self) -> None:
