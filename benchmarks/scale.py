@@ -2,8 +2,8 @@
 
     python benchmarks/scale.py [--quick] [--only SECTION ...] [--json FILE]
 
-Sections (``--only``): resume, open, fork, storage, gc, gc-million, list, tail, async, import,
-fleet-verify.
+Sections (``--only``): resume, latency, open, fork, storage, gc, gc-million, list, tail, async,
+import, fleet-verify.
 The default run is every section; ``--quick`` is a small smoke run (under a minute).
 
 Everything is measured through evstore's public API (``Store``, ``AsyncStore``,
@@ -71,7 +71,7 @@ from benchmarks._scale_backend import (  # noqa: E402
 from evstore import AsyncSession, AsyncStore, LocalStore, MemoryStore, ObjectStore, Session, Store  # noqa: E402
 from evstore._backends._local import SETTLE_SECONDS  # noqa: E402
 
-SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
+SECTIONS = ["resume", "latency", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 SID = "bench"
 Message = dict[str, Any]
 T = TypeVar("T")
@@ -104,6 +104,8 @@ class Config:
     import_runs: int
     verify_sizes: tuple[int, ...]
     verify_rtt: float
+    latency_delays: tuple[float, float]  # section 1b: a fast and a slow delay per request
+    latency_runs: int  # pairs of runs (fast, slow) per length: their differences' median decides
 
 
 FULL = Config(
@@ -129,6 +131,8 @@ FULL = Config(
     import_runs=9,
     verify_sizes=(1_000, 10_000, 100_000),
     verify_rtt=0.001,
+    latency_delays=(0.001, 0.300),  # 300 ms: a slow link, so each latency shows above the CPU's noise
+    latency_runs=5,
 )
 QUICK = Config(
     quick=True,
@@ -153,6 +157,8 @@ QUICK = Config(
     import_runs=3,
     verify_sizes=(100, 1_000),
     verify_rtt=0.001,
+    latency_delays=(0.001, 0.030),
+    latency_runs=1,
 )
 
 
@@ -410,6 +416,62 @@ def section_resume(cfg: Config, bulk: Bulk, report: Report) -> None:
         table.row("peak MB, resume()", res_mb)
         table.row("peak, resume / context", ratio, "<= 1.3x", at_most(ratio, 1.3))
         report.add("resume", table)
+
+
+# ---- 1b. what latency costs a resume ------------------------------------------
+
+
+def section_latency(cfg: Config, bulk: Bulk, report: Report) -> None:
+    """Resume + append at a fast and a slow delay per request, in pairs (fast, then slow, on a
+    fresh copy of the session each): the wall time the slower requests add, divided by how much
+    slower each is, is how many request latencies the operation waits through one after another.
+    A chain of requests spaced by CPU (section 1's round trips past 100,000 events) adds little:
+    the requests wait while the CPU works. Medians of ``latency_runs`` pairs."""
+    fast, slow = cfg.latency_delays
+    sizes = cfg.resume_short
+    walls: dict[float, list[float]] = {fast: [], slow: []}
+    chains: list[int] = []
+    paid: list[float] = []
+    spread: list[str] = []
+    for n in sizes:
+        runs: dict[float, list[float]] = {fast: [], slow: []}
+        slow_chains: list[int] = []
+        for _ in range(cfg.latency_runs):
+            for delay in (fast, slow):
+                recorder = Recorder(bulk.session("short", n), delay)
+                with Store(recorder) as store:
+                    started = time.perf_counter()
+                    writer, context = store.resume(SID)
+                    writer.append(MAKERS["short"](n + 1))
+                    runs[delay].append(time.perf_counter() - started)
+                if len(context) != n:
+                    raise RuntimeError(f"resume of {n} events returned a context of {len(context)} messages")
+                if delay == slow:
+                    slow_chains.append(recorder.counts().chain)
+                del writer, context
+        differences = [(b - a) / (slow - fast) for a, b in zip(runs[fast], runs[slow], strict=True)]
+        paid.append(statistics.median(differences))
+        spread.append(f"{min(differences):.1f} to {max(differences):.1f}")
+        chains.append(int(statistics.median(slow_chains)))
+        for delay in (fast, slow):
+            walls[delay].append(ms(statistics.median(runs[delay])))
+    f_ms, s_ms = f"{ms(fast):.0f} ms", f"{ms(slow):.0f} ms"
+    table = Table(
+        f"1b. what latency costs a resume: Store.resume(id) + one append, short messages, at {f_ms} and {s_ms} per request",
+        [label(n) for n in sizes],
+        [
+            f"pairs of runs ({f_ms}, then {s_ms} per request) on fresh copies: {cfg.latency_runs} per length, medians",
+            f"latencies waited: (wall at {s_ms} - wall at {f_ms}) / {ms(slow - fast):.0f} ms, each pair's; their median",
+            "(issue 27 counts a resume in round trips: this is how many of them its wall time pays)",
+        ],
+    )
+    table.row(f"ms, resume + append at {f_ms} per request", walls[fast])
+    table.row(f"ms, resume + append at {s_ms} per request", walls[slow])
+    table.row(f"wall at {s_ms} / at {f_ms}", [b / a for a, b in zip(walls[fast], walls[slow], strict=True)])
+    table.row("latencies waited (median)", paid)
+    table.row("latencies waited (fewest to most)", spread)
+    table.row(f"round trips (section 1's chain) at {s_ms}", chains)
+    report.add("latency", table)
 
 
 # ---- 2. open -------------------------------------------------------------------
@@ -956,7 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     chosen = [s for s in SECTIONS if args.only is None or s in args.only]
     needs: dict[str, set[int]] = {"short": set(), "1KiB": set(cfg.resume_kib)}
-    if {"resume", "open"} & set(chosen):
+    if {"resume", "latency", "open"} & set(chosen):
         needs["short"] |= set(cfg.resume_short)
     if "tail" in chosen:
         needs["short"] |= set(cfg.tail_sizes)
@@ -967,6 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     runners: dict[str, Callable[[], None]] = {
         "resume": lambda: section_resume(cfg, bulk, report),
+        "latency": lambda: section_latency(cfg, bulk, report),
         "open": lambda: section_open(cfg, bulk, report),
         "fork": lambda: section_fork(cfg, report),
         "storage": lambda: section_storage(cfg, report),

@@ -17,7 +17,7 @@ from evstore._backends import ObjectInfo
 from evstore._backends._memory import page_of
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ["resume", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
+SECTIONS = ["resume", "latency", "open", "fork", "storage", "gc", "gc-million", "list", "tail", "async", "import", "fleet-verify"]
 
 
 def test_memory_store_pages_found_by_bisection_agree_with_a_page_over_all_keys() -> None:
@@ -102,6 +102,7 @@ def test_quick_run_prints_every_section(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     for number, title in [
         ("1.", "resume"),
+        ("1b.", "what latency costs a resume"),
         ("2.", "store.open"),
         ("3.", "forks"),
         ("4.", "storage"),
