@@ -21,7 +21,8 @@ Everything is measured through evstore's public API (``Store``, ``AsyncStore``,
   ``LIST_BYTES_PER_KEY`` (250) bytes per key listed and ``LIST_ENVELOPE_BYTES``
   (300) per page, about what S3's ListObjectsV2 XML takes;
 * peak memory is tracemalloc's peak (Python allocations) during the call, in
-  this process, the store's objects already in memory (so not counted).
+  this process, the store's objects already in memory (so not counted), each
+  GET's body a copy (``Copying``), as a read from the network allocates it.
 
 Sessions of many events are written once per kind of message by appends with
 the default settings (auto compaction on) into an in-memory bucket; a session
@@ -64,6 +65,7 @@ from benchmarks._data import message  # noqa: E402
 from benchmarks._scale_backend import (  # noqa: E402
     LIST_BYTES_PER_KEY,
     LIST_ENVELOPE_BYTES,
+    Copying,
     Counts,
     FastMemory,
     Recorder,
@@ -369,11 +371,11 @@ def section_resume(cfg: Config, bulk: Bulk, report: Report) -> None:
             bucket = bulk.session(kind, n)
 
             def context_only(bucket: FastMemory = bucket) -> object:
-                with Store(bucket) as store:
+                with Store(Copying(bucket)) as store:
                     return store.context(SID)
 
             def resume_only(bucket: FastMemory = bucket) -> object:
-                with Store(bucket) as store:
+                with Store(Copying(bucket)) as store:
                     return store.resume(SID)
 
             peak_context, peak_resume = traced_peak(context_only), traced_peak(resume_only)
@@ -394,7 +396,8 @@ def section_resume(cfg: Config, bulk: Bulk, report: Report) -> None:
             f"1. resume: Store.resume(id) + one append, {kind} messages (default settings)",
             columns,
             [
-                f"{ms(cfg.rtt):.0f} ms per request; peak memory: tracemalloc peak in this process (Python allocations)",
+                f"{ms(cfg.rtt):.0f} ms per request; peak memory: tracemalloc peak in this process (Python allocations),",
+                "each GET's body a copy, as a read from the network allocates it",
                 "resuming thread not running: the resume's wall time less that thread's CPU (waiting on answers,",
                 "or for the GIL while the pool's threads read theirs)",
             ],

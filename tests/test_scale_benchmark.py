@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks._scale_backend import FastMemory, Recorder, longest_chain
+from benchmarks._scale_backend import Copying, FastMemory, Recorder, longest_chain
 from evstore import MemoryStore, Store
 from evstore._backends import ObjectInfo
 from evstore._backends._memory import page_of
@@ -93,6 +93,17 @@ def test_recorder_counts_requests_bytes_and_rounds() -> None:
     assert counts.chain == 3  # the PUT, the GETs together, the LIST
     assert counts.up == 5 and counts.get_bytes == 20 and counts.listed_keys == 1
     assert counts.down == 20 + 300 + 250  # GET bodies + one page's envelope + one key
+
+
+def test_copying_hands_out_a_new_body_for_each_get() -> None:
+    """A peak of Python allocations counts what a read holds only if each GET allocates its body,
+    as a read from the network does; the memory store hands out the stored bytes themselves."""
+    memory = MemoryStore()
+    memory.create("k", b"x" * 100)
+    copying = Copying(memory)
+    found = copying.get("k")
+    assert found.data == b"x" * 100 and found.etag == memory.get("k").etag
+    assert found.data is not memory.get("k").data and found.data is not copying.get("k").data
 
 
 def test_quick_run_prints_every_section(tmp_path: Path) -> None:
