@@ -1,4 +1,5 @@
-"""Backends for benchmarks/scale.py: a fast in-memory store for bulk setup, and a recorder.
+"""Backends for benchmarks/scale.py: a fast in-memory store for bulk setup, a recorder, and a
+wrapper that copies GET bodies (``Copying``, for peaks of memory).
 
 ``FastMemory`` is evstore's ``MemoryStore`` (a LIST page costs O(page) there
 too) that logs creations and deletions, for building sessions of 300,000
