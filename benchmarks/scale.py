@@ -436,22 +436,23 @@ def section_latency(cfg: Config, bulk: Bulk, report: Report) -> None:
     chains: list[int] = []
     paid: list[float] = []
     spread: list[str] = []
+
+    def resume_and_append(store: Store) -> int:
+        writer, context = store.resume(SID)
+        writer.append(MAKERS["short"](len(context) + 1))
+        return len(context)
+
     for n in sizes:
         runs: dict[float, list[float]] = {fast: [], slow: []}
         slow_chains: list[int] = []
         for _ in range(cfg.latency_runs):
             for delay in (fast, slow):
-                recorder = Recorder(bulk.session("short", n), delay)
-                with Store(recorder) as store:
-                    started = time.perf_counter()
-                    writer, context = store.resume(SID)
-                    writer.append(MAKERS["short"](n + 1))
-                    runs[delay].append(time.perf_counter() - started)
-                if len(context) != n:
-                    raise RuntimeError(f"resume of {n} events returned a context of {len(context)} messages")
+                counts, seconds, length = measured(bulk.session("short", n), delay, resume_and_append)
+                if length != n:
+                    raise RuntimeError(f"resume of {n} events returned a context of {length} messages")
+                runs[delay].append(seconds)
                 if delay == slow:
-                    slow_chains.append(recorder.counts().chain)
-                del writer, context
+                    slow_chains.append(counts.chain)
         differences = [(b - a) / (slow - fast) for a, b in zip(runs[fast], runs[slow], strict=True)]
         paid.append(statistics.median(differences))
         spread.append(f"{min(differences):.1f} to {max(differences):.1f}")

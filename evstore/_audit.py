@@ -270,7 +270,7 @@ def rekey(ctx: StoreContext, session_id: str) -> RekeyResult:
                 if ctx.backend.get(ctx.layout.event_key(session_id, seq)).data != data:
                     raise WriteConflictError(session_id, seq, "the event was replaced concurrently (another rekey?)") from None
             resealed += 1
-    if not (records or current) and _read.first_key_id(ctx, loaded) != kid:
+    if not (records or current) and _read.rekeyed_key_id(ctx, loaded) != kid:
         # no event of its own (a fork rekeyed before its first): a record with nothing re-sealed
         # declares the key id its first event will be sealed under (``_read.check_key_id``)
         records.append(_write_record(ctx, manifest, kid, start, [], []))

@@ -766,10 +766,11 @@ def records(ctx: StoreContext, manifest: Manifest) -> list[RekeyRecord]:
     return cached
 
 
-def first_key_id(ctx: StoreContext, loaded: Loaded) -> str | None:
-    """The key id the session's first own event is sealed under: its manifest's, unless a rekey
-    before that event moved it (the newest rekey record's: ``rekey`` writes one though it has
-    nothing to re-seal). Reads the records (a LIST, a GET each) only where the listing found some."""
+def rekeyed_key_id(ctx: StoreContext, loaded: Loaded) -> str | None:
+    """The key id the newest rekey record names, else the manifest's: the session's key as
+    ``info`` shows it, and the one its first own event is sealed under (``rekey`` writes a record
+    though it has nothing to re-seal). Reads the records (a LIST, a GET each) only where the
+    listing found some."""
     found = records(ctx, loaded.manifest) if loaded.meta.rekeyed else []
     return max(found, key=lambda record: record.at).kid if found else loaded.manifest.kid
 
@@ -1684,16 +1685,13 @@ def info(ctx: StoreContext, session_id: str) -> SessionInfo:
     head = find_head(ctx, loaded)
     manifest = loaded.manifest
     forks = fork_points(ctx, manifest.uid, loaded.meta.forks)  # a GET per marker: info is not a hot path
-    key_id = manifest.kid
-    if loaded.meta.rekeyed and (rekeys := records(ctx, manifest)):
-        key_id = max(rekeys, key=lambda r: r.at).kid  # the key the newest rekey sealed under
     return SessionInfo(
         session_id,
         manifest.uid,
         manifest.created,
         manifest.retention,
         head,
-        key_id,
+        rekeyed_key_id(ctx, loaded),
         manifest.parent,
         sorted(forks),
         len(loaded.meta.segments),

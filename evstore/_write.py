@@ -530,7 +530,7 @@ def origin(loaded: Loaded) -> tuple[int, str]:
 def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, str | None]:
     """(head, hash of the head event, key id to seal with): what the next append continues.
 
-    A session keeps sealing under the key id of its newest event (``_read.first_key_id``
+    A session keeps sealing under the key id of its newest event (``_read.rekeyed_key_id``
     at first), so rotating the active key never mixes keys
     into an old session; ``rekey`` moves it to the active key. A plaintext
     head in a session that takes only sealed events (``Loaded.sealed_only``) is refused
@@ -538,7 +538,7 @@ def head_state(ctx: StoreContext, loaded: Loaded, head: int) -> tuple[int, str, 
     """
     manifest = loaded.manifest
     if head < loaded.first_own:
-        return (*origin(loaded), _read.first_key_id(ctx, loaded))
+        return (*origin(loaded), _read.rekeyed_key_id(ctx, loaded))
     data = _read.get_event_bytes(ctx, manifest.sid, head)
     if data is None:
         raise IntegrityError(manifest.sid, head, "head event vanished while opening")
@@ -720,8 +720,8 @@ def resume_folded(
             return create(ctx, session_id, retention=retention), ContextFolder()
         except SessionExistsError:
             loaded = _read.load(ctx, session_id)  # created concurrently: resume what is there
-    head, head_hash = origin(loaded)
-    seal_kid = None  # the head's, once an own event is read; else (after them) ``_read.first_key_id``
+    head, head_hash = follows = origin(loaded)  # what its first own event follows
+    seal_kid = None  # the head's, once an own event is read; else (after them) ``_read.rekeyed_key_id``
     folder = ContextFolder()
     keys: dict[str, int] = {}
     # what the writer keeps of the events it read: their idempotency keys, and the bytes of the
@@ -737,8 +737,8 @@ def resume_folded(
                 keys.setdefault(raw.envelope.idem, raw.seq)
             recent.append((raw.seq, raw.data))
     if head < loaded.first_own:  # no event of its own: read the rekey records only now, if any
-        seal_kid = _read.first_key_id(ctx, loaded)
-    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=origin(loaded)[1], sealed=loaded.sealed_only)
+        seal_kid = _read.rekeyed_key_id(ctx, loaded)
+    session = Session(ctx, loaded.manifest, head, head_hash, seal_kid, origin=follows[1], sealed=loaded.sealed_only)
     session._window_read = True  # it read every own event: their idempotency keys are known
     session._tiles = tiles if tiles.size == head else None  # a session whose seqs start past 1 has none
     for key, seq in keys.items():
