@@ -1,13 +1,16 @@
-"""What every command module shares: exit codes, the one-line error, the store context
-and progress on a watching terminal.
+"""What every command module shares: exit codes, the one-line error, the command group's
+class (``Group``: every expected failure, a library error or a usage error, is that one line
+with its exit code; set ``EVSTORE_DEBUG=1`` to see the traceback of an unexpected one), the
+store context and progress on a watching terminal.
 
 Everything the command writes to a terminal passes ``neutral`` (``say``, ``say_json`` and
 the error line), so no stored string (a session id, a manifest field, a key name, a message)
 can clear the screen, move the cursor or reorder what the eye reads.
 
 Import order in ``cli/``: ``_common`` imports no other module of the package; ``_output``,
-``_network``, ``_doctor``, ``_fleet`` and ``_proofs`` import it; ``_ecosystem`` imports ``_common`` and ``_output``;
-``_main`` imports them all. There is no circle.
+``_network``, ``_doctor``, ``_fleet``, ``_proofs`` and ``_write`` import it; ``_ecosystem``, ``_read``
+and ``_retention`` import ``_common`` and ``_output``; ``_audit`` imports ``_common``, ``_ecosystem``,
+``_fleet`` and ``_proofs``; ``_main`` imports them all. There is no circle.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from evstore import (
     EvstoreError,
     IntegrityError,
     InvalidInputError,
+    KeyRequiredError,
     SessionExpiredError,
     SessionNotFoundError,
     Store,
@@ -203,6 +207,58 @@ class Context:
 
 
 pass_context = click.make_pass_decorator(Context)
+
+
+def _explain(error: EvstoreError, state: Context | None) -> str:
+    """The error's message, or a better one where the command knows how the keys were configured."""
+    store = state.opened if state is not None else None
+    if isinstance(error, KeyRequiredError) and store is not None and store.keyring.keys:
+        configured = ", ".join(repr(kid) for kid in sorted(store.keyring.keys))
+        return (
+            f"the configured keys (key ids {configured}) do not open session {error.session_id!r}: it is sealed under key"
+            f" id {error.key_id!r}; configure that key (EVSTORE_KEYRING with it, or EVSTORE_KEY with"
+            f" EVSTORE_KEY_ID={error.key_id})"
+        )
+    if isinstance(error, IntegrityError) and "authentication failed under key id" in str(error) and store is not None:
+        return (
+            f"{error}: the configured key of that id does not open this session (a different key than the one it was"
+            " created with), or the object was altered"
+        )
+    return str(error)
+
+
+class Group(click.Group):
+    """Turns library errors, and usage errors, into one-line messages with their exit codes."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # a bare `evstore` keeps showing its help
+        except click.UsageError as error:
+            raise CommandError(error.format_message(), 2) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EvstoreError as error:
+            raise CommandError(_explain(error, ctx.find_object(Context)), exit_code_for(error)) from None
+        except BrokenPipeError:
+            # the reader went away (``| head``): stop quietly
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            raise SystemExit(0) from None
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as error:
+            raise CommandError(error.format_message(), 2) from None
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as error:
+            if os.environ.get("EVSTORE_DEBUG"):
+                raise
+            raise CommandError(f"unexpected failure: {type(error).__name__}: {error}", 1) from None
 
 
 class FiniteFloat(click.FloatRange):

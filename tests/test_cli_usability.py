@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from evstore_cli import _main, cli
+from evstore_cli import _write, cli
 
 import evstore
 
@@ -199,11 +199,11 @@ def test_compact_on_a_short_session_says_why_nothing_was_written(run: Run) -> No
 
 
 def test_append_at_a_terminal_without_text_says_it_reads_stdin(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_main, "_stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(_write, "_stdin_is_terminal", lambda: True)
     result = run("append", "chat", input="typed\n")
     assert ok(result) == "1\n"
     assert "reading the message from standard input" in result.stderr and "Ctrl-D" in result.stderr
-    monkeypatch.setattr(_main, "_stdin_is_terminal", lambda: False)
+    monkeypatch.setattr(_write, "_stdin_is_terminal", lambda: False)
     assert run("append", "chat", input="piped\n").stderr == ""
 
 

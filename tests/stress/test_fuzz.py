@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 from evstore_cli import cli
-from evstore_cli._main import Batch, parse_jsonl_entries
+from evstore_cli._write import Batch, parse_jsonl_entries
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
