@@ -59,7 +59,7 @@ MUTATIONS = (
     Mutation(
         "no-chain-check",
         "the audit view: an event rewritten in place is caught by the next one's prev",
-        "evstore/_read.py",
+        "evstore/_read/_lineage.py",
         "if prev is not None and envelope.prev != prev and not same_event(ctx, manifest, envelope.prev, prev):",
         "if False:",
         ("tests/test_known_answers.py::test_a_middle_event_replaced_by_a_well_formed_one_breaks_the_chain_on_replay",),
@@ -83,7 +83,7 @@ MUTATIONS = (
     Mutation(
         "append-past-the-head",
         "no hole in the log: an append takes the seq right after the head",
-        "evstore/_write.py",
+        "evstore/_session.py",
         "        seq = self._head + 1\n        if seq > MAX_SEQ:",
         "        seq = self._head + 2\n        if seq > MAX_SEQ:",
         ("tests/test_store.py",),
@@ -91,7 +91,7 @@ MUTATIONS = (
     Mutation(
         "gc-ignores-grace",
         "gc never removes an object younger than the grace period",
-        "evstore/_retention.py",
+        "evstore/_retention/_gc.py",
         "    cutoff = now - grace\n",
         "    cutoff = now\n",
         ("tests/test_retention.py",),
@@ -99,7 +99,7 @@ MUTATIONS = (
     Mutation(
         "fence-ignored",
         "no append is acknowledged into a deleted session (a delete's fence)",
-        "evstore/_read.py",
+        "evstore/_read/_events.py",
         "if fence is not None and fence.uid == manifest.uid and ctx.has_object(ctx.layout.tombstone_key(manifest.sid)):",
         "if False:",
         ("tests/test_fencing.py",),
@@ -115,7 +115,7 @@ MUTATIONS = (
     Mutation(
         "segment-not-vouched",
         "a planted segment never changes what a read returns",
-        "evstore/_read.py",
+        "evstore/_read/_segments.py",
         "            if not _vouched(checked, covered, cursor, end):",
         "            if False:",
         ("tests/test_hostile_bucket.py", "tests/test_hostile_segments.py"),
@@ -123,7 +123,7 @@ MUTATIONS = (
     Mutation(
         "any-412-is-ours",
         "exactly-once appends: a 412 is success only for this writer's own earlier attempt",
-        "evstore/_write.py",
+        "evstore/_session.py",
         "        if stored.data == data:\n            return data",
         "        if True:\n            return stored.data",
         ("tests/test_store.py", "tests/test_idempotency.py"),

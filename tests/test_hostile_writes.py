@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from evstore_cli import cli
 
 from evstore import IntegrityError, Keyring, LocalStore, MemoryStore, ObjectStore, Store, WriteConflictError, _read
-from evstore._codec import FORMAT_VERSION, Envelope, MessagesBody, b64encode, encode_json, format_ts, header_aad
+from evstore._codec import FORMAT_VERSION, Envelope, MessagesBody, b64encode, encode_json, format_ts, header_aad, sha256_hex
 from evstore._crypto import seal
 from evstore._ids import MAX_SEQ, format_seq, seq_after
-from evstore._read import session_key
+from evstore._read import _segments, session_key
 
 from . import test_hostile_bucket
 from .helpers import Clock, CountingStore, msg
@@ -160,7 +160,7 @@ def test_a_planted_event_with_the_key_is_refused_at_the_412_too(scene: Scene) ->
 def test_two_planted_events_chained_to_each_other_are_found_where_they_join(scene: Scene) -> None:
     first = forge(scene, 6, scene.genesis, "planted 6")
     scene.plant(f"{6:020d}", first)
-    scene.plant(f"{7:020d}", forge(scene, 7, _read.sha256_hex(first), "planted 7", idem="K"))
+    scene.plant(f"{7:020d}", forge(scene, 7, sha256_hex(first), "planted 7", idem="K"))
     with pytest.raises(IntegrityError, match=r"seq 6 .*chain broken"):
         scene.store.open("s").append(msg("mine"), idempotency_key="K")
     assert absent(scene, 8)
@@ -396,7 +396,7 @@ def test_30000_planted_segments_cost_gets_that_do_not_grow_with_them() -> None:
         # the manifest, the segment GETs in flight when the first group fails to be vouched for
         # (a window of 2 * concurrency, and the group's 8 and its loose event taken from it), the
         # GETs of the seqs after the planted chain's end, guessed (they find nothing), the 5 events
-        assert counting.counts["GET"] <= 1 + 2 * store.concurrency + 9 + _read._TAIL_GUESS + 5
+        assert counting.counts["GET"] <= 1 + 2 * store.concurrency + 9 + _segments._TAIL_GUESS + 5
         assert store.info("s").head == 5
 
 
@@ -414,7 +414,7 @@ def reference_chain(segments: list[tuple[int, int]], cursor: int, end: int | Non
             and (
                 end is None
                 or end > last
-                or end - reach + 1 >= _read._COVERED_EVENTS
+                or end - reach + 1 >= _segments._COVERED_EVENTS
                 or 2 * (min(last, end) - reach + 1) >= last - first + 1
             )
         ]
@@ -449,8 +449,8 @@ def test_segment_chain_touches_each_planted_segment_once(monkeypatch: pytest.Mon
         operations += 1
         return pop(heap)
 
-    monkeypatch.setattr(_read.heapq, "heappush", counted_push)
-    monkeypatch.setattr(_read.heapq, "heappop", counted_pop)
+    monkeypatch.setattr(_segments.heapq, "heappush", counted_push)
+    monkeypatch.setattr(_segments.heapq, "heappop", counted_pop)
     chain = _read.segment_chain(segments, 1, None)
     assert chain[0][0] == 1 and all(b[0] <= a[1] + 1 <= b[1] for a, b in itertools.pairwise(chain))
     assert operations <= 2 * len(segments)

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from evstore import Keyring, LocalStore, MemoryStore, Store, _read, _write
 from evstore._backends import KeysPage, ListPage, ObjectStore, StoredObject
 from evstore._codec import b64decode_canonical, decode_envelope
+from evstore._ids import parse_seq
+from evstore._read import _segments, _vouching
 
 from .helpers import CountingStore, msg
 
@@ -76,7 +78,7 @@ def _md5_reference(etag: str) -> str:
 @settings(max_examples=400, deadline=None)
 @given(st.text(alphabet='"0123456789abcdefABCDEFgG-İ ', max_size=36))
 def test_content_md5_is_the_definition(etag: str) -> None:
-    assert _read._content_md5(etag) == _md5_reference(etag)
+    assert _vouching._content_md5(etag) == _md5_reference(etag)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,7 @@ def test_content_md5_is_the_definition(etag: str) -> None:
     ],
 )
 def test_content_md5_of_listed_etags(etag: str, md5: str) -> None:
-    assert _read._content_md5(etag) == md5
+    assert _vouching._content_md5(etag) == md5
 
 
 # ---- LocalStore listing ----------------------------------------------------------------------
@@ -237,8 +239,8 @@ def test_a_group_of_segments_holds_no_more_than_its_byte_budget(monkeypatch: pyt
     store = Store(memory)
     assert store.compact("s", segment_size=8) == [(1, 8), (9, 16), (17, 24), (25, 32), (33, 40)]
     sizes = {info.size for info in memory.list("") if "/segments/" in info.key}
-    expanded = [size * _read._EXPANSION for size in sizes]  # what a read counts each to hold, decompressed
-    monkeypatch.setattr(_read, "_GROUP_BYTES", 2 * max(expanded) + min(expanded) // 2)  # two segments, not three
+    expanded = [size * _segments._EXPANSION for size in sizes]  # what a read counts each to hold, decompressed
+    monkeypatch.setattr(_segments, "_GROUP_BYTES", 2 * max(expanded) + min(expanded) // 2)  # two segments, not three
     counting = CountingStore(memory)
     assert [m["content"] for m in Store(counting).context("s")] == [f"m{i}" for i in range(40)]
     # the five segments; the non-event objects, and one page listing the 40 loose events (and the
@@ -346,6 +348,6 @@ def test_a_pages_md5s_read_at_once_are_those_read_key_by_key(entries: list[tuple
     keys, etags = [prefix + name for name, _ in entries], [etag for _, etag in entries]
     expected = {}
     for name, etag in entries:
-        if (seq := _read.parse_seq(name)) is not None:
-            expected[seq] = _read._content_md5(etag)
-    assert _read._md5s_by_seq(prefix, KeysPage(keys, etags, False)) == expected
+        if (seq := parse_seq(name)) is not None:
+            expected[seq] = _vouching._content_md5(etag)
+    assert _vouching._md5s_by_seq(prefix, KeysPage(keys, etags, False)) == expected

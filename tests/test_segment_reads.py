@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from evstore import Keyring, MemoryStore, Store, _read
+from evstore._read import _listing, _segments
 
 from .helpers import CountingStore, msg
 
@@ -39,7 +40,7 @@ def test_a_tail_longer_than_the_first_page_is_read_whole(tail: int) -> None:
     # the non-event objects; the page of the loose events the segment covers (whose ETags vouch
     # for it); the tail's first page (64 keys: the manifest is among them while the tail is
     # shorter), then a page of 1,000
-    assert counting.counts["LIST"] == 1 + 1 + (1 if tail < _read._TAIL_FIRST_PAGE else 2)
+    assert counting.counts["LIST"] == 1 + 1 + (1 if tail < _listing._TAIL_FIRST_PAGE else 2)
     gets = [key for kind, key in counting.keys if kind == "GET"]
     assert len(gets) == len(set(gets)) == 1 + 1 + tail  # manifest, segment, the tail once each
     counting.reset()
@@ -53,7 +54,7 @@ def test_a_tail_longer_than_the_first_page_is_read_whole(tail: int) -> None:
     writer = reader.open("s")
     assert writer.head == 32 + tail and writer.head_hash == loose[-1].hash
     # find_head lists from the segment's last seq: tail + 1 events before the manifest
-    assert counting.counts["LIST"] == 1 + (1 if tail + 1 < _read._TAIL_FIRST_PAGE else 2)
+    assert counting.counts["LIST"] == 1 + (1 if tail + 1 < _listing._TAIL_FIRST_PAGE else 2)
     assert counting.counts["HEAD"] == 0
 
 
@@ -139,6 +140,6 @@ def test_segment_runs_bounds_what_planted_names_can_cost() -> None:
     # segments every other 10 seqs: gaps between all of them, at most _RUNS chains taken
     segments = [(start, start + 4) for start in range(1, 100_000, 10)]
     runs = _read.segment_runs(segments, 1, None)
-    assert len(runs) == _read._RUNS and all(chain for _, chain in runs)
+    assert len(runs) == _segments._RUNS and all(chain for _, chain in runs)
     assert _read.segment_runs([(500, 600)], 1, None) == []  # a gap longer than _GAP_EVENTS: loose from the cursor
     assert _read.segment_runs([(40, 71)], 1, 50) == [(40, [(40, 71)])]

@@ -7,9 +7,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evstore import Keyring, MemoryStore, Store, _read, generate_key
+from evstore import Keyring, MemoryStore, Store, generate_key
 from evstore._codec import pack_segment
 from evstore._ids import MAX_SEQ, Layout, parse_segment
+from evstore._read import _segments
 
 from .helpers import CountingStore, NoDeletes, msg, segment_sizes
 from .test_resume import DelayedStore, written
@@ -60,7 +61,7 @@ def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> N
     assert counting.counts["LIST"] == 1 + 3 + 1
     # the manifest; a chain of 17 top-level segments, [2177, 2192] and four of 2 events to 2,200; the
     # 32 seqs from 2,201 on, guessed beside the tail's LIST (the tail is 1 event: 31 find nothing)
-    assert counting.counts["GET"] == 1 + 22 + _read._TAIL_GUESS
+    assert counting.counts["GET"] == 1 + 22 + _segments._TAIL_GUESS
     delayed = DelayedStore(inner, 0.04)
     writer, _ = Store(delayed, root="root").resume("s")
     writer.append(msg("next"))
@@ -77,7 +78,7 @@ def test_the_listing_stays_one_page_at_34000_events_by_default() -> None:
     # the manifest; 16 top-level segments (to 32,768), four of 256 events (to 33,792), six of 32
     # (to 33,984); the 32 seqs after them, guessed (16 loose events, 16 past the head); the non-event
     # objects, the 34 pages of the 33,984 loose events the segments cover, the loose tail
-    assert counting.counts == {"GET": 1 + 26 + _read._TAIL_GUESS, "LIST": 1 + 34 + 1}
+    assert counting.counts == {"GET": 1 + 26 + _segments._TAIL_GUESS, "LIST": 1 + 34 + 1}
 
 
 def test_a_read_that_ends_early_lists_the_young_segments_that_end_before_it() -> None:
