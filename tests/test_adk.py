@@ -1077,10 +1077,10 @@ def test_runner_rewind_is_an_evstore_retraction(store: Store) -> None:
 
 
 def test_the_sessions_a_service_keeps_hold_a_bounded_number_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    from evstore.integrations import adk
+    from evstore.integrations.adk import _context
 
-    monkeypatch.setattr(adk, "_KNOWN_EVENTS", 50)
+    monkeypatch.setattr(_context, "_KNOWN_EVENTS", 50)
     service = EvstoreSessionService(Store(MemoryStore(), root="root"))
     sessions = [_turns(service, new_session(service), 20) for _ in range(4)]
-    assert sum(len(known.events) for known in service._known.values()) <= 50
+    assert sum(len(known.events) for known in service._context.known.values()) <= 50
     assert [texts(get(service, s))[-1] for s in sessions] == ["m19"] * 4  # the dropped ones are read again
