@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evstore import LocalStore, MemoryStore, Store
-from evstore._backends import _local
+from evstore._backends import _local_listing
 
 
 class Work:
@@ -53,7 +53,7 @@ class Work:
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if the directories had stood still for a minute: the wall clock runs a minute ahead."""
     real = time.time_ns
-    monkeypatch.setattr(_local, "_wall_ns", lambda: real() + 60 * 10**9)
+    monkeypatch.setattr(_local_listing, "_wall_ns", lambda: real() + 60 * 10**9)
 
 
 def sessions_on_disk(base: Path, count: int) -> LocalStore:
@@ -127,9 +127,9 @@ def test_a_directory_whose_timestamps_may_not_show_a_change_is_read_whole(
     assert store.list_page("sessions/", max_keys=2, delimiter="/").prefixes == ["sessions/s000000/", "sessions/s000000x/"]
     # once the stamp has stood still SETTLE_SECONDS, by this process's clock, the index is made
     real_monotonic = time.monotonic
-    monkeypatch.setattr(_local, "_monotonic", lambda: real_monotonic() + _local.SETTLE_SECONDS)
+    monkeypatch.setattr(_local_listing, "_monotonic", lambda: real_monotonic() + _local_listing.SETTLE_SECONDS)
     assert store.list_page("sessions/", max_keys=2, delimiter="/").prefixes == ["sessions/s000000/", "sessions/s000000x/"]
-    assert store._indexes["sessions/"].names is not None
+    assert store._listing.indexes["sessions/"].names is not None
 
 
 NAMES = (
@@ -152,7 +152,7 @@ def test_the_indexed_listing_lists_as_s3_does(tmp_path: Path, monkeypatch: pytes
     if indexed:
         settled(monkeypatch)
     else:
-        monkeypatch.setattr(_local, "INDEX_FROM", 10**9)
+        monkeypatch.setattr(_local_listing, "INDEX_FROM", 10**9)
     cases = [("p/", ""), ("p/", "p/a"), ("p/", "p/a-b/1"), ("p/", "p/ab/"), ("p/a", ""), ("p/a", "p/a-b/"), ("p/d0", "p/d001/x")]
     cases += [("p/", "p/d010/y/z"), ("p/f1", "p/f1500"), ("p/", "p/zz"), ("p/", "p/\u00e9"), ("p/", "p/b/0"), ("p/q", "")]
     for prefix, start in cases:
@@ -164,7 +164,7 @@ def test_the_indexed_listing_lists_as_s3_does(tmp_path: Path, monkeypatch: pytes
                 want.truncated,
             ), (prefix, start, max_keys)
             assert all(o.size == 1 for o in got.objects)
-    assert ("p/" in local._indexes and local._indexes["p/"].names is not None) == indexed
+    assert ("p/" in local._listing.indexes and local._listing.indexes["p/"].names is not None) == indexed
 
 
 def test_list_sessions_over_an_indexed_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

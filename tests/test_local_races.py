@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from evstore import IntegrityError, LocalStore, Store, StoreUnavailableError
-from evstore._backends import _local
+from evstore._backends import _local_files
 
 from .helpers import msg
 
@@ -71,7 +71,7 @@ def test_a_write_has_no_name_in_tmp_before_it_lands(tmp_path: Path, monkeypatch:
 def test_without_anonymous_files_a_temp_file_swapped_before_its_link_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_local, "_PROC_SELF_FD", str(tmp_path / "no-proc"))  # as where O_TMPFILE cannot be linked
+    monkeypatch.setattr(_local_files, "_PROC_SELF_FD", str(tmp_path / "no-proc"))  # as where O_TMPFILE cannot be linked
     store = Store(LocalStore(tmp_path / "store"))
     writer = store.create("s")
     writer.append(msg("hello"))
@@ -85,7 +85,7 @@ def test_without_anonymous_files_a_temp_file_swapped_before_its_link_is_refused(
 
 
 def test_named_temp_files_are_readable_by_their_owner_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_local, "_PROC_SELF_FD", str(tmp_path / "no-proc"))
+    monkeypatch.setattr(_local_files, "_PROC_SELF_FD", str(tmp_path / "no-proc"))
     store = Store(LocalStore(tmp_path / "store"))
     modes: list[int] = []
     real_fsync = os.fsync
@@ -140,7 +140,7 @@ def test_a_lock_a_stranger_holds_is_an_error_after_the_wait_not_a_hang(
 ) -> None:
     store = Store(LocalStore(tmp_path))
     store.create("s").append(msg("a"))
-    monkeypatch.setattr(_local, "LOCK_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(_local_files, "LOCK_WAIT_SECONDS", 0.3)
     held = os.open(tmp_path / "lock", os.O_RDWR)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
