@@ -1,6 +1,6 @@
 """Measurements that need a fresh process: ``python benchmarks/_child.py COMMAND JSON-ARGS``.
 
-Each command prints one JSON object on stdout. Run by ``benchmarks/run.py``;
+Each command prints one JSON object on stdout. Run by the sections of ``benchmarks/run.py`` (``_harness.run_child``);
 not a public interface.
 
 * ``open``: a cold ``store.open(sid)`` against an S3 endpoint (time, requests).

@@ -1,6 +1,6 @@
 """moto's S3 server in a process of its own, for the benchmarks: ``python benchmarks/_moto_server.py [--stock-list]``.
 
-Run by ``benchmarks/run.py``; not a public interface. Why a process of its
+Started by ``benchmarks/_s3env.py``'s ``Env``; not a public interface. Why a process of its
 own: a server in the benchmark's process shares one GIL with the client, so
 work the client does in parallel (evstore's bounded parallel GETs, its segment
 prefetch) cannot overlap the server's; with its own interpreter, on two or
@@ -13,8 +13,8 @@ Protocol, one JSON object per line:
   ``_moto_fastlist`` against moto's own, unless ``--stock-list``);
 * then it reads commands on stdin and answers each on stdout:
   ``{"op": "bulk", "bucket": B, "file": F}`` stores the objects pickled in F
-  (a stream of ``(key, data, metadata)`` tuples written by run.py) straight
-  into its S3 backend, the setup shortcut ``run.py`` used to take in process,
+  (a stream of ``(key, data, metadata)`` tuples written by _s3env.Env) straight
+  into its S3 backend, the setup shortcut an Env takes with a server in its own process,
   and answers ``{"stored": N}``;
 * EOF on stdin stops the server.
 """
@@ -44,7 +44,7 @@ def _backend() -> Any:
 def _bulk(bucket: str, path: str) -> int:
     backend = _backend()
     count = 0
-    with open(path, "rb") as stream:  # written by run.py a moment ago, in a directory of its own
+    with open(path, "rb") as stream:  # written by _s3env.Env a moment ago, in a directory of its own
         while True:
             try:
                 key, data, metadata = pickle.load(stream)

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.resume import load_rgw  # noqa: E402
+from benchmarks._s3env import Env, load_rgw  # noqa: E402
 
 LISTS_PER_ROUND = 20
 
@@ -49,9 +49,7 @@ def start_server(kind: str) -> tuple[str, Callable[[], None]]:
         info = rgw.start()
         os.environ.update(info.env())
         return str(info.endpoint), lambda: rgw.stop(info)
-    from benchmarks.run import QUICK, Env
-
-    env = Env(QUICK)  # moto's server in a process of its own, dummy credentials
+    env = Env()  # moto's server in a process of its own, dummy credentials
     return env.endpoint, env.close
 
 

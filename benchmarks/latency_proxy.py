@@ -31,7 +31,8 @@ idle). The proxy stands for the network, which costs the client's machine no
 CPU; it shares this machine's cores with the client and the server, so it
 parses heads by hand (only the framing and keep-alive headers are read; the
 others pass through as they came) and opens no upstream connection a pooled one
-can serve. Stdlib only. Only loopback addresses are used.
+can serve. Stdlib only. Only loopback addresses are used. The relay is ``_proxy_relay.py``'s;
+this module keeps the counts, the depth and the pool of upstream connections.
 
     with LatencyProxy("http://127.0.0.1:9000", delay=0.015) as proxy:
         client = boto3.client("s3", endpoint_url=proxy.endpoint)
@@ -43,31 +44,18 @@ can serve. Stdlib only. Only loopback addresses are used.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import socket
-import socketserver
 import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import BinaryIO
+
+from benchmarks._proxy_relay import Handler, Server, Upstream
 
 __all__ = ["LatencyProxy", "ProxyStats", "Record"]
 
-# Headers that describe one hop, not the message: never passed on as they came. The proxy frames
-# each body itself (Content-Length, or chunked when upstream gave no length).
-_HOP_BY_HOP = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"expect"}
-    | {b"content-length"}
-)
-_CHUNK = 1024 * 1024  # the most one relay step passes on (``readinto1``: what has arrived, up to this)
-_SMALL = 64 * 1024  # a head and an answer's body up to this go in one write
-_MAX_LINE = 64 * 1024
-#: The headers the relay reads (framing and keep-alive); all others pass through unread.
-_READ_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"expect"})
 _LOOPBACK = ("127.0.0.1", "localhost")
 
 
@@ -145,9 +133,9 @@ class LatencyProxy:
         self.record = record
         self._records: list[Record] = []
         self._connections: set[socket.socket] = set()
-        self._idle: list[_Upstream] = []  # upstream connections between requests, shared by all client connections
+        self._idle: list[Upstream] = []  # upstream connections between requests, shared by all client connections
         self._closed = False
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.proxy = self
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="latency-proxy", daemon=True
@@ -264,14 +252,14 @@ class LatencyProxy:
             if ticket.window == self._window:
                 self._in_flight -= 1
 
-    def _take_upstream(self) -> tuple[_Upstream, bool]:
+    def _take_upstream(self) -> tuple[Upstream, bool]:
         """An idle upstream connection from the pool (True: reused), else a new one."""
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        return _Upstream(self.upstream_port, self.timeout), False
+        return Upstream(self.upstream_port, self.timeout), False
 
-    def _put_upstream(self, upstream: _Upstream) -> None:
+    def _put_upstream(self, upstream: Upstream) -> None:
         with self._lock:
             if not self._closed:
                 self._idle.append(upstream)
@@ -284,247 +272,3 @@ class LatencyProxy:
                 self._connections.add(sock)
             else:
                 self._connections.discard(sock)
-
-
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256  # boto3 opens up to max_pool_connections at once: no SYN may wait for a retry
-    proxy: LatencyProxy
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # a client that went away mid-answer: nothing to report
-
-
-class _Upstream:
-    """One kept-alive connection to the upstream server, with a buffered reader of its answers."""
-
-    def __init__(self, port: int, timeout: float) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = self.sock.makefile("rb")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.reader.close()
-            self.sock.close()
-
-
-class _Head:
-    """A request or status line and its header lines, parsed only as far as the relay needs."""
-
-    def __init__(self, reader: BinaryIO) -> None:
-        self.start = b""
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.fields: dict[bytes, bytes] = {}  # lower-cased name -> value, of the headers the relay reads
-        line = reader.readline(_MAX_LINE)
-        while line in (b"\r\n", b"\n"):  # stray blank lines between messages are allowed
-            line = reader.readline(_MAX_LINE)
-        if not line:
-            return  # the other side closed the connection: no message (``start`` is empty)
-        self.start = line.rstrip(b"\r\n")
-        while True:
-            line = reader.readline(_MAX_LINE)
-            if not line.endswith(b"\n"):
-                raise http.client.IncompleteRead(line)
-            if line in (b"\r\n", b"\n"):
-                return
-            name, _, value = line.partition(b":")
-            name, value = name.strip(), value.strip()
-            self.headers.append((name, value))
-            lower = name.lower()
-            if lower in _READ_FIELDS:
-                self.fields[lower] = value
-
-    def passed_on(self) -> bytes:
-        """The header lines that describe the message (hop-by-hop ones left out), as they came."""
-        return b"".join(b"%s: %s\r\n" % (n, v) for n, v in self.headers if n.lower() not in _HOP_BY_HOP)
-
-    def chunked(self) -> bool:
-        return b"chunked" in self.fields.get(b"transfer-encoding", b"").lower()
-
-    def length(self) -> int | None:
-        value = self.fields.get(b"content-length")
-        return int(value) if value is not None else None
-
-    def wants_close(self, version: bytes) -> bool:
-        connection = self.fields.get(b"connection", b"").lower()
-        return b"close" in connection or (version == b"HTTP/1.0" and b"keep-alive" not in connection)
-
-
-def _read_body(reader: BinaryIO, head: _Head) -> bytes:
-    """A whole body (a request's, or a chunked answer's): by its length, or de-chunked (trailers dropped)."""
-    if head.chunked():
-        parts: list[bytes] = []
-        while True:
-            size = int(reader.readline(_MAX_LINE).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while reader.readline(_MAX_LINE) not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return b"".join(parts)
-            parts.append(reader.read(size))
-            reader.readline(_MAX_LINE)
-    return reader.read(head.length() or 0)
-
-
-class _Handler(socketserver.BaseRequestHandler):
-    """Serves one client connection: its requests one after another (keep-alive), each on an upstream
-    connection from the proxy's pool. Heads are parsed by hand and bodies relayed through one buffer, so
-    that the proxy spends little CPU per request on the cores it shares with the client and server."""
-
-    server: _Server
-    request: socket.socket
-
-    def setup(self) -> None:
-        self.request.settimeout(self.server.proxy.timeout)  # an idle keep-alive connection ends after this
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small answers must not wait for an ACK
-        self.reader = self.request.makefile("rb")
-        self._buffer = memoryview(bytearray(_CHUNK))  # each relay step reads into it: no allocation per step
-        self.server.proxy._track(self.request, True)
-
-    def finish(self) -> None:
-        self.server.proxy._track(self.request, False)
-        with contextlib.suppress(OSError):
-            self.reader.close()
-
-    def handle(self) -> None:
-        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):
-            while self._serve():
-                pass
-
-    def _serve(self) -> bool:
-        """One request: False when the connection is done."""
-        proxy = self.server.proxy
-        head = _Head(self.reader)
-        parts = head.start.split()
-        if len(parts) != 3:
-            return False  # the client closed the connection (or sent no request line)
-        method, target, version = parts
-        if head.fields.get(b"expect", b"").lower() == b"100-continue":
-            self.request.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-        ticket = proxy._begin(method.decode("ascii", "replace"), target.decode("latin-1"))
-        up = 0
-        keep = not head.wants_close(version)
-        try:
-            body = _read_body(self.reader, head)
-            up = len(body)
-            if proxy.delay > 0:
-                time.sleep(proxy.delay)  # this request's round trip, in its own thread
-            framing = b"Content-Length: %d\r\n" % len(body) if body or method in (b"PUT", b"POST", b"PATCH") else b""
-            request = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method, target, head.passed_on(), framing)
-            try:
-                upstream, answer = self._send_upstream(request, body)
-            except (OSError, http.client.HTTPException) as exc:
-                self._bad_gateway(method, exc, lambda down: proxy._finished(ticket, up, down, True))
-                return False
-            pooled = False
-
-            def finished(down: int, reusable: bool) -> None:
-                # the answer is all read: a reusable upstream connection goes back to the pool before the
-                # client has the last byte, so the client's next request always finds it there
-                nonlocal pooled
-                if reusable:
-                    proxy._put_upstream(upstream)
-                    pooled = True
-                proxy._finished(ticket, up, down, False)
-
-            try:
-                self._relay(method, upstream, answer, finished)
-            finally:
-                if not pooled:
-                    upstream.close()
-            return keep
-        finally:
-            proxy._finished(ticket, up, 0, True)  # a no-op when the answer got as far as its last write
-            proxy._end(ticket)
-
-    def _send_upstream(self, request: bytes, body: bytes) -> tuple[_Upstream, _Head]:
-        """Send on an upstream connection (a pooled one, else a new one) and read the answer's head;
-        when a pooled one turns out closed, on the next (a new one's failure is the answer's)."""
-        proxy = self.server.proxy
-        while True:
-            upstream, reused = proxy._take_upstream()
-            try:
-                if len(body) <= _SMALL:
-                    upstream.sock.sendall(request + body)  # one write
-                else:
-                    upstream.sock.sendall(request)
-                    upstream.sock.sendall(body)
-                answer = _Head(upstream.reader)
-                if not answer.start:
-                    raise http.client.RemoteDisconnected("upstream closed the connection")
-                return upstream, answer
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                upstream.close()
-                if not reused:
-                    raise
-            except BaseException:
-                upstream.close()
-                raise
-
-    def _relay(
-        self, method: bytes, upstream: _Upstream, answer: _Head, finished_with: Callable[[int, bool], None]
-    ) -> None:
-        """Pass the answer on as it arrives; call ``finished(body bytes, reusable)`` once the whole answer
-        is read from upstream, just before the last write (reusable: the upstream connection can serve
-        another request)."""
-        status = answer.start.split(b" ", 2)
-        code = int(status[1]) if len(status) > 1 and status[1].isdigit() else 502
-        length = answer.length()
-        bodiless = method == b"HEAD" or code in (204, 304) or 100 <= code < 200
-        head = answer.start + b"\r\n" + answer.passed_on()
-        send = self.request.sendall
-        reusable = not answer.wants_close(status[0])
-
-        def finished(down: int) -> None:
-            finished_with(down, reusable)
-
-        if bodiless:
-            finished(0)
-            send(head + (b"Content-Length: %d\r\n" % length if length is not None else b"") + b"\r\n")
-        elif length is not None and not answer.chunked():
-            head += b"Content-Length: %d\r\n\r\n" % length
-            if length == 0:
-                finished(0)
-                send(head)
-            remaining = length
-            buffer = self._buffer
-            while remaining > 0:
-                got = upstream.reader.readinto1(buffer[: min(_CHUNK, remaining)])
-                if not got:
-                    raise http.client.IncompleteRead(b"", remaining)
-                remaining -= got
-                if remaining == 0:
-                    finished(length)
-                if head and got <= _SMALL:
-                    send(head + buffer[:got])  # a small answer in one write
-                else:
-                    if head:
-                        send(head)
-                    send(buffer[:got])
-                head = b""
-        else:  # chunked upstream, or no length (until close): chunked here
-            send(head + b"Transfer-Encoding: chunked\r\n\r\n")
-            sent = 0
-            if answer.chunked():
-                body = _read_body(upstream.reader, answer)
-                sent = len(body)
-                if body:
-                    send(b"%x\r\n%s\r\n" % (len(body), body))
-            else:  # upstream ends the connection to end the body
-                while piece := upstream.reader.read1(_CHUNK):
-                    sent += len(piece)
-                    send(b"%x\r\n%s\r\n" % (len(piece), piece))
-                reusable = False
-            finished(sent)
-            send(b"0\r\n\r\n")
-
-    def _bad_gateway(self, method: bytes, exc: BaseException, finished: Callable[[int], None]) -> None:
-        payload = f"latency proxy: upstream failed: {type(exc).__name__}: {exc}".encode()
-        head = b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-        if method == b"HEAD":
-            finished(0)
-            self.request.sendall(head + b"Content-Length: 0\r\n\r\n")
-        else:
-            finished(len(payload))
-            self.request.sendall(head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload)

@@ -4,7 +4,7 @@ earlier commit, side by side in one run.
 
     python benchmarks/replay_cpu.py [--events 10000] [--before REV] [--memory 10000 100000] [--profile]
 
-* CPU: moto's S3 server runs in a process of its own (``benchmarks/run.py``'s ``Env``). Sessions
+* CPU: moto's S3 server runs in a process of its own (``benchmarks/_s3env.py``'s ``Env``). Sessions
   of ``--events`` 1 KiB messages, plaintext and encrypted, in two layouts (``LAYOUTS``): written
   with the defaults, then ``compact(sid, segment_size=1000)`` (as ``run.py``'s replay fixture), and
   written without auto-compaction, then ``compact(sid, segment_size=10000)``: one segment, the
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import base64
 import cProfile
-import dataclasses
 import functools
 import io
 import json
@@ -36,7 +35,6 @@ import pstats
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -52,26 +50,10 @@ def _child_env(tree: Path) -> dict[str, str]:
 
 def _run(tree: Path, command: str, args: dict[str, Any], timeout: float = 3600) -> dict[str, Any]:
     """This script as a child, importing evstore from ``tree``."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", command, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_child_env(tree),
-        cwd=tempfile.gettempdir(),
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"child {command} ({tree}) failed: {done.stderr.strip()[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    from benchmarks._harness import json_child
 
-
-def _export(rev: str, into: Path) -> Path:
-    """The package of commit ``rev`` (``git archive``), unpacked under ``into``."""
-    data = subprocess.run(["git", "-C", str(REPO), "archive", rev, "evstore"], capture_output=True, check=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        archive.extractall(into, filter="data")
-    return into
+    command_line = [sys.executable, __file__, "--child", command, json.dumps(args)]
+    return json_child(command_line, f"{command} ({tree})", timeout=timeout, env=_child_env(tree), cwd=tempfile.gettempdir())
 
 
 # ---- children ----------------------------------------------------------------
@@ -194,7 +176,7 @@ def _session(env: Any, events: int, encrypted: bool, auto: Any, segment: int, ke
     import uuid
 
     from benchmarks._data import message
-    from benchmarks.run import event_bytes, memory_objects
+    from benchmarks._s3env import event_bytes, memory_objects
     from evstore import Keyring, MemoryStore, Store
 
     memory = MemoryStore()
@@ -210,9 +192,9 @@ def _session(env: Any, events: int, encrypted: bool, auto: Any, segment: int, ke
 
 
 def cpu(trees: dict[str, Path], events: int, rounds: int, processes: int) -> dict[str, Any]:
-    from benchmarks.run import FULL, Env
+    from benchmarks._s3env import Env
 
-    env = Env(dataclasses.replace(FULL, segment_size=1000))
+    env = Env()
     try:
         key = os.urandom(32)
         cases = []
@@ -301,7 +283,7 @@ def memory(trees: dict[str, Path], sizes: list[int]) -> dict[str, Any]:
 
 
 def profile(events: int) -> None:
-    from benchmarks.run import build_in_memory
+    from benchmarks._s3env import build_in_memory
     from evstore import Keyring, Store
 
     ring = Keyring({"bench": os.urandom(32)}, "bench")
@@ -329,6 +311,8 @@ def main() -> int:
         sys.stdout.write(json.dumps(CHILDREN[sys.argv[2]](json.loads(sys.argv[3]))) + "\n")
         return 0
     sys.path.insert(0, str(REPO))
+    from benchmarks._harness import export_evstore
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per process")
@@ -343,7 +327,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="evstore-before-") as tmp:
         trees = {"after": REPO}
         if args.before:
-            trees = {"before": _export(args.before, Path(tmp)), **trees}
+            trees = {"before": export_evstore(args.before, tmp), **trees}
         print(f"trees: {', '.join(f'{k} = {v}' for k, v in trees.items())}; load average {os.getloadavg()[0]:.2f}")
         if args.profile:
             profile(args.events)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.frameworks import ADAPTERS, SECTIONS, SegmentRecorder, is_segment, measure
+from benchmarks.frameworks import ADAPTERS, SECTIONS
+from benchmarks.studies.frameworks.turns import SegmentRecorder, is_segment, measure
 from evstore import MemoryStore, Store
 
 REPO = Path(__file__).resolve().parents[1]

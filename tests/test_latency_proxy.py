@@ -315,7 +315,7 @@ def test_boto3_through_the_proxy_to_moto(moto_endpoint: str) -> None:
 
 
 def test_unpack_resume_finds_the_writer_and_the_context() -> None:
-    from benchmarks.resume import unpack_resume
+    from benchmarks.studies.resume.child import unpack_resume
 
     class Writer:
         def append(self, message: object) -> int:
