@@ -116,8 +116,8 @@ MUTATIONS = (
         "segment-not-vouched",
         "a planted segment never changes what a read returns",
         "evstore/_read/_segments.py",
-        "            if not _vouched(checked, covered, cursor, end):",
-        "            if False:",
+        "    if not _vouched(checked, covered, cursor, end):",
+        "    if False:",
         ("tests/test_hostile_bucket.py", "tests/test_hostile_segments.py"),
     ),
     Mutation(

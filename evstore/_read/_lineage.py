@@ -198,7 +198,8 @@ def lineage_batches(
     The walk goes from parent to parent as each manifest names it; a fork's recorded ancestry
     only sends the ancestors' requests ahead (``_send_ahead``), all in one round with the GETs
     of the fork's own listed events, and each is used only for the session, incarnation, fork
-    seq and range the walk itself arrives at.
+    seq and range the walk itself arrives at (``_inherited``, ``_own_events``; ``_chained``
+    checks the session's own events).
     """
     if _ahead is None:
         ahead = _send_ahead(ctx, loaded, start, end)
@@ -209,48 +210,92 @@ def lineage_batches(
         return
     manifest = loaded.manifest
     parent = manifest.parent
-    lineage_ids = (*_descendants, f"{manifest.sid}@{manifest.uid}")
     prev: str | None = loaded.genesis if start <= loaded.first_own else None
     if parent is not None and not parent.copied:
-        if len(lineage_ids) > MAX_FORK_DEPTH or f"{parent.sid}@{parent.uid}" in lineage_ids:
-            raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
-        if start <= parent.seq:
-            inherited_end = min(parent.seq, end) if end is not None else parent.seq
-            sent = _ahead.ancestors.get(parent.sid)  # its short range, if any, is taken when the walk is there
-            if sent is not None and (sent.ref != parent or sent.range.high != inherited_end):
-                _ahead.drop(parent.sid)  # the ancestry named another incarnation, or fork seq
-                sent = None
-            ancestor = finish_load(ctx, sent.load) if sent else load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
-            if ancestor.manifest.uid != parent.uid:
-                raise IntegrityError(manifest.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
-            if ancestor.meta.tombstone and not reads_deleted_parent(ctx, manifest, ancestor):
-                raise IntegrityError(manifest.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)")
-            last: RawEvent | None = None
-            owner = ancestor.manifest  # the session whose own event ``last`` is: the parent's, or an ancestor's
-            for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids, _ahead=_ahead):
-                if item[1]:
-                    owner, last = item[0], item[1][-1]
-                yield item
-            if end is None or end >= parent.seq:
-                if last is None or last.seq != parent.seq:
-                    raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
-                if last.hash != parent.hash and not _rekeyed_to(ctx, owner, parent.hash, last.hash):
-                    raise IntegrityError(
-                        manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from"
-                    )
+        lineage_ids = (*_descendants, f"{manifest.sid}@{manifest.uid}")
+        yield from _inherited(ctx, manifest, parent, start, end, lineage_ids, _ahead)
         prev = parent.hash if start <= parent.seq + 1 else None
-    encrypted = loaded.sealed_only or ctx.require_encryption
-    sealed_before = False
-    if _descendants:  # an ancestor: what was sent ahead for it, if anything
-        sent_here = _ahead.ancestors.pop(manifest.sid, None)
+    yield from _chained(ctx, loaded, _own_events(ctx, loaded, start, end, _descendants, _ahead), prev)
+
+
+def _inherited(
+    ctx: StoreContext,
+    manifest: Manifest,
+    parent: ForkRef,
+    start: int,
+    end: int | None,
+    lineage_ids: tuple[str, ...],
+    ahead: _SentAhead,
+) -> Iterator[tuple[Manifest, list[RawEvent]]]:
+    """The events a fork (``manifest``, whose ``parent`` is referenced, not copied) inherits in
+    [start, end], as ``lineage_batches`` yields them: its parent's lineage to the fork seq, whose
+    last event must be there and be the one the fork was made from (its recorded hash, or the
+    hash a rekey of the session owning it moved that to). ``lineage_ids``: the walk's sessions
+    so far (``sid@uid``), this one last: ancestry deeper than ``MAX_FORK_DEPTH``, or circular,
+    is an integrity error."""
+    if len(lineage_ids) > MAX_FORK_DEPTH or f"{parent.sid}@{parent.uid}" in lineage_ids:
+        raise IntegrityError(manifest.sid, None, f"fork ancestry is circular or deeper than {MAX_FORK_DEPTH} sessions")
+    if start > parent.seq:
+        return
+    inherited_end = min(parent.seq, end) if end is not None else parent.seq
+    ancestor = _parent_loaded(ctx, manifest, parent, inherited_end, ahead)
+    last: RawEvent | None = None
+    owner = ancestor.manifest  # the session whose own event ``last`` is: the parent's, or an ancestor's
+    for item in lineage_batches(ctx, ancestor, start, inherited_end, _descendants=lineage_ids, _ahead=ahead):
+        if item[1]:
+            owner, last = item[0], item[1][-1]
+        yield item
+    if end is None or end >= parent.seq:
+        if last is None or last.seq != parent.seq:
+            raise IntegrityError(manifest.sid, parent.seq, "the parent's events up to the fork seq are missing")
+        if last.hash != parent.hash and not _rekeyed_to(ctx, owner, parent.hash, last.hash):
+            raise IntegrityError(manifest.sid, parent.seq, "the parent's event differs from the one this fork was made from")
+
+
+def _parent_loaded(ctx: StoreContext, fork: Manifest, parent: ForkRef, inherited_end: int, ahead: _SentAhead) -> Loaded:
+    """The ``parent`` of ``fork`` loaded: from the load sent ahead for it when that was sent for
+    this incarnation and range (else it is dropped, and the parent loaded now). Raises
+    ``IntegrityError`` when it is another incarnation than the fork's, or deleted without keeping
+    this fork (``reads_deleted_parent``)."""
+    sent = ahead.ancestors.get(parent.sid)  # its short range, if any, is taken when the walk is there
+    if sent is not None and (sent.ref != parent or sent.range.high != inherited_end):
+        ahead.drop(parent.sid)  # the ancestry named another incarnation, or fork seq
+        sent = None
+    ancestor = finish_load(ctx, sent.load) if sent else load(ctx, parent.sid, deleted_ok=True, upto=inherited_end)
+    if ancestor.manifest.uid != parent.uid:
+        raise IntegrityError(fork.sid, None, f"parent {parent.sid!r} is not the session this fork was made from")
+    if ancestor.meta.tombstone and not reads_deleted_parent(ctx, fork, ancestor):
+        raise IntegrityError(fork.sid, None, f"fork of {parent.sid!r} is not one its delete kept (planted after it)")
+    return ancestor
+
+
+def _own_events(
+    ctx: StoreContext, loaded: Loaded, start: int, end: int | None, descendants: tuple[str, ...], ahead: _SentAhead
+) -> Iterator[list[RawEvent]]:
+    """The session's own events in [start, end], as ``own_batches`` yields them: from the GETs sent
+    ahead for them (an ancestor's short range, or a fork's own listed events) when those start
+    where the walk does, else read now (an ancestor's to its fork seq: ``through_end``). Takes
+    what was sent ahead at once: call it when the walk arrives at these events."""
+    if descendants:  # an ancestor: what was sent ahead for it, if anything
+        sent_here = ahead.ancestors.pop(loaded.manifest.sid, None)
         short = sent_here.range if sent_here is not None and sent_here.range.events else None
     else:
-        short = _ahead.take_own()
-    batches = (
-        _short_range(loaded, short)
-        if short is not None and short.low == max(start, loaded.first_own)
-        else own_batches(ctx, loaded, start, end, through_end=bool(_descendants))
-    )
+        short = ahead.take_own()
+    if short is not None and short.low == max(start, loaded.first_own):
+        return _short_range(loaded, short)
+    return own_batches(ctx, loaded, start, end, through_end=bool(descendants))
+
+
+def _chained(
+    ctx: StoreContext, loaded: Loaded, batches: Iterator[list[RawEvent]], prev: str | None
+) -> Iterator[tuple[Manifest, list[RawEvent]]]:
+    """``batches`` of the session's own events, as ``lineage_batches`` yields them, each event
+    checked: it names the hash of the one before it (``prev`` for the first, when known; or one a
+    rekey record leads to: ``same_event``), and it is sealed where the session takes only sealed
+    events, where the store requires encryption, or after a sealed event."""
+    manifest = loaded.manifest
+    encrypted = loaded.sealed_only or ctx.require_encryption
+    sealed_before = False
     for batch in batches:
         for index, raw in enumerate(batch):
             envelope = raw.envelope

@@ -1,6 +1,7 @@
 """Loose events fetched in order: the listed event objects from a seq on, ``2 * concurrency``
-GETs in flight, and the GETs of a loose tail's first events sent early (``_EarlyGets``), beside
-the segment GETs of the same read rather than a round after them.
+GETs in flight, a seq missing among them a hole (``_loose_batches``); and the GETs of a loose
+tail's first events sent early (``_EarlyGets``), beside the segment GETs of the same read
+rather than a round after them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import TYPE_CHECKING
 
 from .._backends import ListPage
 from .._context import StoreContext
+from .._errors import IntegrityError
 from .._ids import parse_seq
-from ._events import get_event_bytes
-from ._listing import _LAST_SEQ_NAME, _TAIL_FIRST_PAGE, _event_names, _list_on
+from ._events import RawEvent, decode_raw, get_event_bytes
+from ._listing import _LAST_SEQ_NAME, _TAIL_FIRST_PAGE, _event_names, _list_on, missing_start
+from ._manifest import Loaded
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -133,3 +136,42 @@ def _send_early(ctx: StoreContext, session_id: str, page: ListPage, end: int | N
             return page  # the events end on this page
         more = ctx.backend.list_page(prefix, start_after=start)
         page = ListPage([*page.objects, *more.objects], page.prefixes, more.truncated, more.next_start_after)
+
+
+def _send_guessed(ctx: StoreContext, session_id: str, guessed: range, early: _EarlyGets) -> None:
+    """Once the segment GETs that go first are queued: the tail's GETs follow, the guessed ones
+    at once (small, on the wide pool: not queued behind segment GETs), those its LIST names when
+    it answers (``early.release``)."""
+    pool = ctx.wide_executor()
+    for seq in guessed:
+        early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, session_id, seq))
+    early.release()
+
+
+def _loose_batches(
+    ctx: StoreContext,
+    loaded: Loaded,
+    cursor: int,
+    end: int | None,
+    first_page: ListPage | None,
+    early: _EarlyGets,
+    guessed: range,
+) -> Iterator[list[RawEvent]]:
+    """The loose events from ``cursor`` (to ``end``) as the listing names them, each as a list of
+    one (``first_page``: the first page of that listing, already made; ``early``: GETs sent for
+    some of them; ``guessed``: seqs whose GETs went before a LIST named them, sent again where
+    they found nothing). A seq missing before a listed one is a hole, and where it is the first
+    own seq, expiry or tampering (``missing_start``)."""
+    manifest = loaded.manifest
+    sid = manifest.sid
+    expected = cursor
+    for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
+        if listed is None and seq in guessed:  # its GET went before the LIST that names it
+            listed = get_event_bytes(ctx, sid, seq)
+        if seq != expected or listed is None:
+            missing = expected if seq != expected else seq
+            if missing == loaded.first_own:
+                raise missing_start(loaded, seq, listed)
+            raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
+        yield [decode_raw(manifest, seq, listed)]
+        expected += 1

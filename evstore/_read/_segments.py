@@ -7,20 +7,20 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from .._backends import ListPage, ObjectMissing
-from .._codec import MAX_SEGMENT_BYTES
+from .._codec import MAX_SEGMENT_BYTES, Manifest
 from .._context import StoreContext
 from .._errors import IntegrityError
 from ._events import RawEvent, decode_raw, get_event_bytes
-from ._listing import _tail_of, missing_start
-from ._loose import _EarlyGets, _list_tail, _loose_events, _send_early
+from ._listing import _tail_of
+from ._loose import _EarlyGets, _list_tail, _loose_batches, _send_early, _send_guessed
 from ._manifest import _LISTED, Loaded
-from ._vouching import _checked_segment, _listed_md5s, _md5s_of, _vouched
+from ._vouching import _checked_segment, _CheckedSegment, _listed_md5s, _md5s_of, _vouched
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -172,169 +172,265 @@ def own_batches(
     ``through_end`` (the caller knows that every event to ``end`` exists: an ancestor's, to the
     fork seq whose hash the fork's manifest records), a loose tail of up to ``_SHORT_RANGE``
     events is fetched by its seqs with the segments, as a gap's are, without that LIST.
+
+    The steps: ``_plan`` (pure) chooses what to fetch; the tail's requests are sent
+    (``_send_tail``); ``_wanted`` is fetched in order, a window at a time, and ``_planned_batches``
+    reads it; ``_loose_batches`` reads the loose events from where that stopped.
     """
-    manifest = loaded.manifest
-    sid = manifest.sid
-    cursor = max(start, loaded.first_own)
-    runs = segment_runs(loaded.meta.segments, cursor, end)
-
-    def listed_size(segment: tuple[int, int]) -> int:
-        return loaded.meta.segments.get(segment, MAX_SEGMENT_BYTES)
-
-    def size_of(segment: tuple[int, int]) -> int:
-        # what it holds once decompressed, as far as its listed size tells: zstd shrinks prose
-        # 3-6x (docs/format.md), and a segment never expands past the limit
-        return min(listed_size(segment) * _EXPANSION, MAX_SEGMENT_BYTES)
-
-    # the steps, in seq order: a gap's loose events (its first seq, and the seq after it), or a
-    # group of segments that continue each other (never across a gap)
-    steps: list[tuple[int, int] | list[tuple[int, int]]] = []
-    reach = cursor
-    for run_start, chain in runs:
-        if run_start > reach:
-            steps.append((reach, run_start))
-        group_bytes = 0
-        for index, link in enumerate(chain):
-            size = size_of(link)
-            last_step = steps[-1] if steps else None
-            if index and isinstance(last_step, list) and len(last_step) < _GROUP and group_bytes + size <= _GROUP_BYTES:
-                last_step.append(link)
-                group_bytes += size
-            else:
-                steps.append([link])
-                group_bytes = size
-        reach = chain[-1][1] + 1
-    if through_end and end is not None and 0 < end - reach + 1 <= _SHORT_RANGE:
-        steps.append((reach, end + 1))  # the tail, by its seqs
-        reach = end + 1
-    groups = [step for step in steps if isinstance(step, list)]
-    # each group's segments, then the LIST pages (by the seq they list after) of the loose events
-    # it yields that no earlier group's pages cover: made as the fetches go out, so a planted
-    # name's range costs at most a window of LISTs (its segment fails its check first)
-    base = cursor - 1  # page k lists the names after seq base + k * _LISTED
-    pages_of: list[int] = []
-    listed_pages = 0
-    for group in groups:
-        needed = -(-((group[-1][1] if end is None else min(group[-1][1], end)) - base) // _LISTED)
-        pages_of.append(max(needed - listed_pages, 0))
-        listed_pages = max(listed_pages, needed)
-    tail_start = reach
-    tail: Future[ListPage] | None = None
+    sid = loaded.manifest.sid
+    plan = _plan(loaded, max(start, loaded.first_own), end, through_end)
     early = _EarlyGets()
-    known_tail = _tail_of(ctx, sid, loaded.first_page, tail_start)
-    guessed = range(0)  # the tail's seqs whose GETs go out before a LIST names them
-    if loaded.first_page is not None and known_tail is None and runs:
-        guessed = range(tail_start, tail_start + _TAIL_GUESS if end is None else min(tail_start + _TAIL_GUESS, end + 1))
+    known_tail = _tail_of(ctx, sid, loaded.first_page, plan.tail_start)
+    guessed = _guessed(loaded, plan, known_tail, end)
     # the segment GETs (and the tail's LIST, with the page after it), the LIST pages that vouch for
     # them and the guessed GETs on the wide pool: all sent at once, each on a thread already started
-    ctx.ready_threads(sum(len(group) for group in groups) + 2, min(listed_pages, 4 * ctx.concurrency) + len(guessed))
-    if known_tail is not None and (end is None or tail_start <= end):  # listed with the manifest: GETs at once
-        tail = ctx.executor().submit(_send_early, ctx, sid, known_tail, end, early)
-    elif runs and (end is None or tail_start <= end):
-        tail = ctx.executor().submit(_list_tail, ctx, sid, tail_start, end, early)
+    ctx.ready_threads(plan.segments + 2, min(plan.listed_pages, 4 * ctx.concurrency) + len(guessed))
+    tail = _send_tail(ctx, sid, plan, known_tail, end, early)
     try:
-        pages_by_group = iter(pages_of)
-
-        def wanted() -> Iterator[tuple[int, int] | int | _Loose]:
-            page = 0
-            for step in steps:
-                if isinstance(step, tuple):
-                    yield from (_Loose(seq) for seq in range(*step))
-                    continue
-                yield from step
-                for _ in range(next(pages_by_group)):
-                    yield base + page * _LISTED
-                    page += 1
-
-        def fetch(item: tuple[int, int] | int | _Loose) -> bytes | dict[int, str] | None:
-            if isinstance(item, _Loose):
-                return get_event_bytes(ctx, sid, item.seq)
-            if isinstance(item, int):
-                if item == 0 and loaded.first_page is not None:  # listed with the manifest
-                    return _md5s_of(ctx.layout.session_prefix(sid), loaded.first_page)
-                return _listed_md5s(ctx, sid, item)
-            return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
-
         budget = 2 * _GROUP_BYTES
-        least = budget // (2 * ctx.concurrency)
-
-        def weight(item: tuple[int, int] | int | _Loose) -> int:
-            # a LIST page or a gap's loose event weighs nothing; a segment its listed size (what its
-            # GET holds until the reader decompresses it), and at least 1 / (2 x concurrency) of the
-            # budget: so no more than 2 x concurrency (+ 1) segment GETs are in flight however small
-            # the segments are (planted ones: a byte each)
-            return max(listed_size(item), least) if isinstance(item, tuple) else 0
-
-        def send_guessed() -> None:
-            # the segment GETs that go first are queued: the tail's GETs follow, the guessed ones at
-            # once (small, on the wide pool: not queued behind segment GETs), those its LIST names
-            # when it answers
-            pool = ctx.wide_executor()
-            for seq in guessed:
-                early.send(seq, functools.partial(pool.submit, get_event_bytes, ctx, sid, seq))
-            early.release()
-
         # a pool's worth of segment GETs in flight and the chain's LIST pages besides, up to
         # 4 x concurrency of them, on the wide pool (small, waiting on nothing: beside the segment
         # GETs, not queued behind them), two groups' bytes; then the tail's early GETs may go
-        window = 2 * ctx.concurrency + min(listed_pages, 4 * ctx.concurrency)
+        window = 2 * ctx.concurrency + min(plan.listed_pages, 4 * ctx.concurrency)
         fetched = ctx.prefetched(
-            wanted(), fetch, window, primed=send_guessed, weight=weight, budget=budget, wide=lambda item: isinstance(item, int)
+            _wanted(plan),
+            functools.partial(_fetch, ctx, loaded),
+            window,
+            primed=functools.partial(_send_guessed, ctx, sid, guessed, early),
+            weight=functools.partial(_weight, loaded.meta.segments, budget // (2 * ctx.concurrency)),
+            budget=budget,
+            wide=lambda item: isinstance(item, int),
         )
-        covered: dict[int, str] = {}
-        group_pages = iter(pages_of)
-        for step in steps:
-            if isinstance(step, tuple):  # a gap: its loose events, by their seqs
-                for _ in range(*step):
-                    loose = next(fetched)[1]
-                    if not isinstance(loose, bytes):
-                        break  # not there (a planted name past the head?): listed from the cursor below
-                    yield [decode_raw(manifest, cursor, loose)]
-                    cursor += 1
-                if cursor < step[1]:
-                    break
-                continue
-            group, pages = step, next(group_pages)
-            # each segment is checked as it arrives, while the next ones are still on their way
-            checked = []
-            for first, last in group:
-                data = next(fetched)[1]
-                assert not isinstance(data, dict)
-                checked.append(_checked_segment(manifest, first, last, data))
-            if any(segment is None for segment in checked):
-                break
-            for _ in range(pages):
-                page_md5s = next(fetched)[1]
-                assert isinstance(page_md5s, dict)
-                covered |= page_md5s
-            if not _vouched(checked, covered, cursor, end):
-                break
-            for (first, last), segment in zip(group, checked, strict=True):
-                assert segment is not None  # vouched
-                high = last - first + 1 if end is None or end >= last else end - first + 1
-                for low in range(max(cursor - first, 0), high, _BATCH):
-                    yield segment.events(manifest, low, min(low + _BATCH, high))
-                cursor = last + 1
-            covered = {seq: md5 for seq, md5 in covered.items() if seq >= cursor}  # what later groups may still need
+        cursor = yield from _planned_batches(loaded.manifest, plan, fetched, end)
         fetched.close()
         early.release()  # the segments are done with (or there were none): the tail's GETs may go
         if end is not None and cursor > end:
             return
         # the tail's page when the loose events start where it does; else the first page's part from
         # the cursor on, or (None) they are listed from the cursor
-        first_page = tail.result() if tail is not None and cursor == tail_start else _tail_of(ctx, sid, loaded.first_page, cursor)
-        expected = cursor
-        for seq, listed in _loose_events(ctx, sid, cursor, end, first_page, early):
-            if listed is None and seq in guessed:  # its GET went before the LIST that names it
-                listed = get_event_bytes(ctx, sid, seq)
-            if seq != expected or listed is None:
-                missing = expected if seq != expected else seq
-                if missing == loaded.first_own:
-                    raise missing_start(loaded, seq, listed)
-                raise IntegrityError(sid, missing, "event is missing (a hole in the log)")
-            yield [decode_raw(manifest, seq, listed)]
-            expected += 1
+        first_page: ListPage | None
+        if tail is not None and cursor == plan.tail_start:
+            first_page = tail.result()
+        else:
+            first_page = _tail_of(ctx, sid, loaded.first_page, cursor)
+        yield from _loose_batches(ctx, loaded, cursor, end, first_page, early, guessed)
     finally:
         if tail is not None:
             tail.cancel()
         early.close()
+
+
+#: A step of a read (``_Plan.steps``): a gap's loose events (its first seq, and the seq after it),
+#: or a group of segments (first, last) that continue each other (never across a gap).
+_Step = tuple[int, int] | list[tuple[int, int]]
+#: What a read fetches (``_wanted``): a segment (first, last), the seq a LIST page of the loose
+#: events lists after (whose MD5s vouch for segments), or a gap's loose event; and what each gives.
+_Item = tuple[int, int] | int | _Loose
+_Fetched = bytes | dict[int, str] | None
+
+
+class _Plan(msgspec.Struct, frozen=True):
+    """What a read of a session's own events from seq ``cursor`` fetches before its loose tail,
+    in seq order (``_plan``)."""
+
+    cursor: int
+    steps: list[_Step]
+    #: For each group of ``steps``, in order: how many LIST pages of the loose events go out after
+    #: its segments (those of its events that no earlier group's pages cover). Page k lists the
+    #: names after seq ``cursor - 1 + k * _LISTED``.
+    pages: list[int]
+    #: Where the loose tail starts: the seq after the last step's.
+    tail_start: int
+    #: Whether a chain of segments is read at all (else the loose events are the whole read).
+    chained: bool
+
+    @property
+    def segments(self) -> int:
+        return sum(len(step) for step in self.steps if isinstance(step, list))
+
+    @property
+    def listed_pages(self) -> int:
+        return sum(self.pages)
+
+
+def _plan(loaded: Loaded, cursor: int, end: int | None, through_end: bool) -> _Plan:
+    """The steps of a read from seq ``cursor`` to ``end`` (``own_batches``): the chains of
+    segments (``segment_runs``) cut into groups (``_add_groups``), the gaps between them, with
+    ``through_end`` a loose tail of up to ``_SHORT_RANGE`` events as one more gap, and the LIST
+    pages that vouch for each group (``_vouching_pages``). Pure."""
+    sizes = loaded.meta.segments
+    runs = segment_runs(sizes, cursor, end)
+    steps: list[_Step] = []
+    reach = cursor
+    for run_start, chain in runs:
+        if run_start > reach:
+            steps.append((reach, run_start))
+        _add_groups(steps, chain, sizes)
+        reach = chain[-1][1] + 1
+    if through_end and end is not None and 0 < end - reach + 1 <= _SHORT_RANGE:
+        steps.append((reach, end + 1))  # the tail, by its seqs
+        reach = end + 1
+    return _Plan(cursor, steps, _vouching_pages(steps, cursor - 1, end), reach, bool(runs))
+
+
+def _listed_size(sizes: dict[tuple[int, int], int], segment: tuple[int, int]) -> int:
+    """The segment's size as listed (``Meta.segments``)."""
+    return sizes.get(segment, MAX_SEGMENT_BYTES)
+
+
+def _add_groups(steps: list[_Step], chain: list[tuple[int, int]], sizes: dict[tuple[int, int], int]) -> None:
+    """Append the segments of ``chain`` to ``steps`` in groups: up to ``_GROUP`` segments, and past
+    a group's first no more than ``_GROUP_BYTES`` of what they hold decompressed, as far as their
+    listed sizes tell (zstd shrinks prose 3-6x, docs/format.md, and a segment never expands past
+    the limit: ``_EXPANSION``)."""
+    group_bytes = 0
+    for index, link in enumerate(chain):
+        size = min(_listed_size(sizes, link) * _EXPANSION, MAX_SEGMENT_BYTES)
+        last_step = steps[-1] if steps else None
+        if index and isinstance(last_step, list) and len(last_step) < _GROUP and group_bytes + size <= _GROUP_BYTES:
+            last_step.append(link)
+            group_bytes += size
+        else:
+            steps.append([link])
+            group_bytes = size
+
+
+def _vouching_pages(steps: list[_Step], base: int, end: int | None) -> list[int]:
+    """For each group of ``steps``, the LIST pages (page k: the names after seq ``base + k *
+    _LISTED``) of the loose events it yields that no earlier group's pages cover (``_Plan.pages``):
+    made as the fetches go out, so a planted name's range costs at most a window of LISTs (its
+    segment fails its check first). Pure."""
+    pages: list[int] = []
+    listed = 0
+    for group in (step for step in steps if isinstance(step, list)):
+        needed = -(-((group[-1][1] if end is None else min(group[-1][1], end)) - base) // _LISTED)
+        pages.append(max(needed - listed, 0))
+        listed = max(listed, needed)
+    return pages
+
+
+def _guessed(loaded: Loaded, plan: _Plan, known_tail: ListPage | None, end: int | None) -> range:
+    """The tail's seqs whose GETs go out before a LIST names them (``_TAIL_GUESS``, to ``end``):
+    after a chain of segments, in a read whose first page was listed with the manifest but does
+    not reach the tail (``known_tail`` None); else none."""
+    if loaded.first_page is None or known_tail is not None or not plan.chained:
+        return range(0)
+    start = plan.tail_start
+    return range(start, start + _TAIL_GUESS if end is None else min(start + _TAIL_GUESS, end + 1))
+
+
+def _send_tail(
+    ctx: StoreContext, session_id: str, plan: _Plan, known_tail: ListPage | None, end: int | None, early: _EarlyGets
+) -> Future[ListPage] | None:
+    """Send, to run beside the segment GETs, what names the loose tail and the GETs of its first
+    events (into ``early``): from ``known_tail`` (its part of the first page, listed with the
+    manifest: the GETs at once, ``_send_early``), else after a chain of segments its first LIST
+    (``_list_tail``). None when the tail is past ``end``, or the read is loose events alone (its
+    stream lists them)."""
+    if end is not None and plan.tail_start > end:
+        return None
+    if known_tail is not None:
+        return ctx.executor().submit(_send_early, ctx, session_id, known_tail, end, early)
+    if plan.chained:
+        return ctx.executor().submit(_list_tail, ctx, session_id, plan.tail_start, end, early)
+    return None
+
+
+def _wanted(plan: _Plan) -> Iterator[_Item]:
+    """What a read fetches, in the order it reads it: each step's (a gap's loose events by their
+    seqs, a group's segments), each group's followed by its LIST pages (``_Plan.pages``)."""
+    pages_by_group = iter(plan.pages)
+    page = 0
+    for step in plan.steps:
+        if isinstance(step, tuple):
+            yield from (_Loose(seq) for seq in range(*step))
+            continue
+        yield from step
+        for _ in range(next(pages_by_group)):
+            yield plan.cursor - 1 + page * _LISTED
+            page += 1
+
+
+def _fetch(ctx: StoreContext, loaded: Loaded, item: _Item) -> _Fetched:
+    """One of ``_wanted``'s: a gap's loose event's bytes, a LIST page's MD5s by seq (the first page
+    is not listed again when it was listed with the manifest), or a segment's stored bytes."""
+    sid = loaded.manifest.sid
+    if isinstance(item, _Loose):
+        return get_event_bytes(ctx, sid, item.seq)
+    if isinstance(item, int):
+        if item == 0 and loaded.first_page is not None:  # listed with the manifest
+            return _md5s_of(ctx.layout.session_prefix(sid), loaded.first_page)
+        return _listed_md5s(ctx, sid, item)
+    return _segment_bytes(ctx, loaded.meta.segment_key(ctx.layout, sid, item))
+
+
+def _weight(sizes: dict[tuple[int, int], int], least: int, item: _Item) -> int:
+    """What a fetch holds in flight (``StoreContext.prefetched``'s weight): a LIST page or a gap's
+    loose event nothing; a segment its listed size (what its GET holds until the reader
+    decompresses it), and at least ``least`` (1 / (2 x concurrency) of the budget): so no more than
+    2 x concurrency (+ 1) segment GETs are in flight however small the segments are (planted ones:
+    a byte each)."""
+    return max(_listed_size(sizes, item), least) if isinstance(item, tuple) else 0
+
+
+def _planned_batches(
+    manifest: Manifest, plan: _Plan, fetched: Iterator[tuple[_Item, _Fetched]], end: int | None
+) -> Generator[list[RawEvent], None, int]:
+    """The events of ``plan``'s steps, from ``fetched`` (``_wanted(plan)``'s fetches, in order), as
+    ``own_batches`` yields them: a gap's loose events while they are there, a group's events
+    (``_BATCH`` at a time) when it is vouched for (``_checked_group``). Stops at the first step
+    that fails, and returns the seq after the last event yielded: where the loose events go on."""
+    cursor = plan.cursor
+    covered: dict[int, str] = {}
+    group_pages = iter(plan.pages)
+    for step in plan.steps:
+        if isinstance(step, tuple):  # a gap: its loose events, by their seqs
+            for _ in range(*step):
+                loose = next(fetched)[1]
+                if not isinstance(loose, bytes):
+                    break  # not there (a planted name past the head?): listed from the cursor after
+                yield [decode_raw(manifest, cursor, loose)]
+                cursor += 1
+            if cursor < step[1]:
+                break
+            continue
+        checked = _checked_group(manifest, step, next(group_pages), fetched, covered, cursor, end)
+        if checked is None:
+            break
+        for (first, last), segment in zip(step, checked, strict=True):
+            high = last - first + 1 if end is None or end >= last else end - first + 1
+            for low in range(max(cursor - first, 0), high, _BATCH):
+                yield segment.events(manifest, low, min(low + _BATCH, high))
+            cursor = last + 1
+        covered = {seq: md5 for seq, md5 in covered.items() if seq >= cursor}  # what later groups may still need
+    return cursor
+
+
+def _checked_group(
+    manifest: Manifest,
+    group: list[tuple[int, int]],
+    pages: int,
+    fetched: Iterator[tuple[_Item, _Fetched]],
+    covered: dict[int, str],
+    cursor: int,
+    end: int | None,
+) -> list[_CheckedSegment] | None:
+    """The segments of ``group``, each checked as it arrives from ``fetched`` while the next ones
+    are still on their way (``_checked_segment``), when the listing vouches for each of their
+    events from ``cursor`` (to ``end``: ``_vouched``); else None. The MD5s of the group's
+    ``pages`` LIST pages, which follow its segments in ``fetched``, are added to ``covered`` (the
+    listed MD5s by seq); they are not waited for once a segment fails its own check."""
+    checked = []
+    for first, last in group:
+        data = next(fetched)[1]
+        assert not isinstance(data, dict)
+        checked.append(_checked_segment(manifest, first, last, data))
+    if any(segment is None for segment in checked):
+        return None
+    for _ in range(pages):
+        page_md5s = next(fetched)[1]
+        assert isinstance(page_md5s, dict)
+        covered |= page_md5s
+    if not _vouched(checked, covered, cursor, end):
+        return None
+    return [segment for segment in checked if segment is not None]  # each of them: vouched
