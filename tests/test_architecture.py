@@ -103,3 +103,84 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"a"}}) == [["a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# ---- the read path's rooms -------------------------------------------------------
+
+READ = "evstore._read"
+#: The rooms of the read package, lowest first: each imports only rooms before it (data flows one
+#: way: manifest and listing, then events, segments, lineage, and what readers ask for on top).
+READ_ROOMS = ("_manifest", "_events", "_listing", "_loose", "_vouching", "_segments", "_lineage", "_operations", "_follow")
+READ_DIR = ROOT / "evstore" / "_read"
+
+
+def read_rooms_imported(path: Path) -> set[str]:
+    """The rooms of ``evstore._read`` that ``path`` (a module of the package) imports, and
+    "__init__" where it imports the package itself or a name through it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            package = READ.split(".")[: 3 - node.level] if node.level else []
+            origin = ".".join([*package, *([node.module] if node.module else [])])
+            modules = [f"{origin}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            if module == READ or module.startswith(READ + "."):
+                room = module.removeprefix(READ).lstrip(".").split(".")[0]
+                found.add(room if room in READ_ROOMS else "__init__")
+    return found
+
+
+def test_the_read_package_is_its_rooms_each_within_its_line_budget() -> None:
+    assert sorted(path.stem for path in READ_DIR.glob("*.py")) == sorted(["__init__", *READ_ROOMS])
+    assert not (ROOT / "evstore" / "_read.py").exists()
+    lengths = {path.stem: len(path.read_text().splitlines()) for path in READ_DIR.glob("*.py")}
+    assert {room: lines for room, lines in lengths.items() if lines > 500} == {}
+
+
+def test_no_function_of_the_read_package_is_longer_than_80_lines() -> None:
+    long = [
+        f"{path.stem}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted(READ_DIR.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert long == []
+
+
+def test_each_read_room_imports_only_the_rooms_below_it() -> None:
+    arrows_up = {
+        room: sorted(imported - set(READ_ROOMS[:index]))
+        for index, room in enumerate(READ_ROOMS)
+        if (imported := read_rooms_imported(READ_DIR / f"{room}.py")) - set(READ_ROOMS[:index])
+    }
+    assert arrows_up == {}
+
+
+def test_the_read_package_names_each_public_name_of_its_rooms_once_in_sorted_order() -> None:
+    import evstore._read as read
+
+    public = {
+        target.id if isinstance(target, ast.Name) else node.name
+        for room in READ_ROOMS
+        for node in ast.parse((READ_DIR / f"{room}.py").read_text()).body
+        for target in (node.targets if isinstance(node, ast.Assign) else [node])
+        if isinstance(target, ast.Name | ast.FunctionDef | ast.ClassDef)
+    }
+    assert read.__all__ == sorted(read.__all__)
+    assert set(read.__all__) == {name for name in public if not name.startswith("_")}
+    assert all(getattr(read, name) is not None for name in read.__all__)
+
+
+def test_the_room_checker_sees_an_import_through_the_package_and_between_rooms(tmp_path: Path) -> None:
+    """The checker itself can fail."""
+    room = tmp_path / "_room.py"
+    room.write_text(
+        "from . import load\nfrom ._segments import own_raw\nfrom . import _lineage\nfrom .._ids import parse_seq\n"
+        "import evstore._read._follow\nfrom .. import _read\n"
+    )
+    assert read_rooms_imported(room) == {"__init__", "_segments", "_lineage", "_follow"}
