@@ -40,7 +40,8 @@ from evstore._backends._retry import (
     NetworkSettings,
     backoff_delay,
 )
-from evstore._backends._s3 import S3Store, transient_kind
+from evstore._backends._s3 import S3Store
+from evstore._backends._s3_errors import transient_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 EXIT_STORE_UNAVAILABLE = 1  # README "Exit codes": the store did not answer

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evstore._backends import KeysPage, _s3_listing
-from evstore._backends._s3 import _LISTED, S3Store, _listing, _parse_timestamp, _read_list_body
+from evstore._backends._s3 import S3Store
+from evstore._backends._s3_client import _LISTED, _listing, _parse_timestamp, _read_list_body
 from evstore._backends._s3_listing import (
     ListedPage,
     _parse_tree,

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evstore._backends._s3 import S3Store, _parse_timestamp
+from evstore._backends._s3 import S3Store
+from evstore._backends._s3_client import _parse_timestamp
 
 UTC = datetime.UTC
 

@@ -19,14 +19,9 @@ resolves it by reading the key back (an event's write id, or the bytes); a
 replace is conditional on the ETag: a retry after a lost response comes back
 412 and the caller re-reads, as after any other ETag race.
 
-A store that makes its own client parses the ISO 8601 UTC timestamps of LIST bodies with
-``datetime.fromisoformat`` (``_parse_timestamp``) instead of botocore's dateutil parser:
-about 45 ms of CPU less per LIST of 400 keys; and it reads LIST bodies itself
-(``_s3_listing``): a third of botocore's CPU for a page. A client passed in is left as it is.
-
-Once botocore has sent one GET or LIST over the wire, the store's GETs, LISTs and conditional
-creates go out through ``_s3_direct`` (signed there, on a urllib3 pool of their own: about a
-third of botocore's CPU for a GET or a create), botocore answering what they do not; see that module.
+A store that makes its own client tunes it (its timestamp parser, its reading of LIST bodies)
+and, once botocore has shown how, sends its GETs, LISTs and conditional creates directly
+(``_s3_direct``): see ``_s3_client``. What a failure means and how it is reported: ``_s3_errors``.
 
 Ceph RGW 16 compares ``If-Match`` with the unquoted stored ETag and so refuses
 the correct, quoted one. ``replace`` detects that (412 although HEAD shows the
@@ -35,24 +30,14 @@ expected ETag), retries unquoted, and keeps unquoted for the store's lifetime.
 
 from __future__ import annotations
 
-import datetime
-import os
-import re
-import threading
 import time
 import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-import boto3
 import botocore.exceptions
-import botocore.handlers
-import botocore.httpsession
-import botocore.utils
 import urllib3
-from botocore.config import Config
 
 from .._errors import StoreUnavailableError
 from .._lifecycle import checked_rules
@@ -78,143 +63,12 @@ from ._retry import (
     RetryNote,
     backoff_delay,
 )
+from ._s3_client import DEFAULT_MAX_POOL_CONNECTIONS, listed_page, own_client, reading_list_bodies
 from ._s3_direct import ASK_BOTOCORE, DirectRequests, Unanswered
-from ._s3_listing import ListedPage, parse_list_body
+from ._s3_errors import MISSING, as_botocore_error, error_code, http_status, reason, transient_kind, unavailable
+from ._s3_listing import ListedPage
 
-#: Connections botocore's pool keeps per endpoint. At least the threads that make requests at
-#: once: ``AsyncStore``'s workers (256 by default) and the ``Store``'s own pool for reads
-#: (2 x ``concurrency``, 64 by default), rounded up so that a raised concurrency fits too. urllib3
-#: opens connections on demand, so an unused bound costs nothing; a request beyond the bound opens
-#: a connection of its own and drops it after (a TCP and TLS handshake per request).
-DEFAULT_MAX_POOL_CONNECTIONS = 512
-_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
-#: Error codes botocore's standard mode treats as throttling or transient (besides any 5xx).
-_THROTTLING = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestThrottled",
-        "SlowDown",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "LimitExceededException",
-    }
-)
-_TRANSIENT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete", "InternalError"})
-_DENIED = frozenset({"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"})
 T = TypeVar("T")
-
-
-#: ISO 8601 in UTC as S3 writes it in LIST bodies (``2026-12-01T23:00:00.000Z``): ASCII digits,
-#: at most 9 fractional digits, ``Z`` or ``+00:00``.
-_ISO_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:Z|\+00:00)")
-
-
-#: RFC 1123 in GMT as S3 writes it in ``Last-Modified`` headers (``Tue, 01 Dec 2026 23:00:00 GMT``).
-_RFC1123_GMT = re.compile(
-    r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
-    r"([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
-)
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-
-
-def _parse_timestamp(value: Any) -> datetime.datetime:
-    """botocore's ``parse_timestamp``, fast for ISO 8601 in UTC (LIST bodies) and for RFC 1123
-    in GMT whose weekday is its date's (``Last-Modified`` headers): the same instant, an aware
-    datetime at offset zero (``datetime.UTC``; botocore's own tzinfo object depends on the
-    machine's zone), fractional seconds truncated to microseconds as botocore's. Any other
-    value (other offsets, epoch seconds, what fromisoformat or ``datetime`` refuses, RFC 1123
-    with a year before 1000 or a weekday that is not its date's) goes to botocore's parser, so
-    its answer and its errors are botocore's."""
-    if isinstance(value, str):
-        if _ISO_UTC.fullmatch(value):
-            try:
-                return datetime.datetime.fromisoformat(value)
-            except ValueError:
-                pass  # hour 24, a leap second, day 31 of a short month: botocore decides
-        elif (found := _RFC1123_GMT.fullmatch(value)) and found[4] >= "1000":  # dateutil reads 0099 as 1999
-            weekday, day, month, year, hour, minute, second = found.groups()
-            try:
-                moment = datetime.datetime(
-                    int(year), _MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second), tzinfo=datetime.UTC
-                )
-            except ValueError:
-                pass  # day 31 of a short month, hour 24, a leap second: botocore decides
-            else:
-                if _DAYS[moment.weekday()] == weekday:
-                    return moment
-    parsed: datetime.datetime = botocore.utils.parse_timestamp(value)
-    return parsed
-
-
-#: Where ``_read_list_body`` leaves the page it read, in the response botocore returns.
-_LISTED = "EvstoreListedPage"
-#: ``_listing.active`` is set while ``S3Store.list_page`` calls ListObjectsV2 in this thread: only
-#: those calls are read by ``_read_list_body``, so other uses of the client get botocore's answer.
-_listing = threading.local()
-
-
-def _read_list_body(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> bool:
-    """botocore's ``before-parse`` hook for ListObjectsV2 on a client of the store's own: during
-    ``list_page``, a page that ``parse_list_body`` reads is handed over whole under ``_LISTED`` and
-    botocore is left an empty body to parse; any other response (another caller's, an error, a
-    body it does not read) goes to botocore as sent. Whether it took the page."""
-    if not getattr(_listing, "active", False):
-        return False
-    if response_dict.get("status_code") != 200 or not isinstance(body := response_dict.get("body"), bytes):
-        return False
-    page = parse_list_body(body, _parse_timestamp)
-    if page is None:
-        return False
-    customized_response_dict[_LISTED] = page
-    response_dict["body"] = b""
-    return True
-
-
-#: botocore's check of every S3 answer of 200 for an error in its body (S3 can answer 200 with an
-#: ``Error`` document): it parses the whole body with ElementTree, a LIST page of 1,000 keys
-#: included, which ``parse_list_body`` then reads again. Where botocore has it (a private name),
-#: the store's own client runs it through ``_before_parse``; else it stays as botocore set it.
-_CHECK_200 = getattr(botocore.handlers, "_handle_200_error", None)
-
-
-def _before_parse(
-    response_dict: dict[str, Any], customized_response_dict: dict[str, Any], operation_model: Any, **kwargs: Any
-) -> None:
-    """In place of botocore's ``_CHECK_200`` on the store's own client: a LIST page that
-    ``_read_list_body`` takes is a ``ListBucketResult`` that parsed whole, so no error document;
-    every other answer is checked by botocore as before."""
-    if getattr(operation_model, "name", "") == "ListObjectsV2" and _read_list_body(response_dict, customized_response_dict):
-        return
-    assert _CHECK_200 is not None
-    _CHECK_200(
-        response_dict=response_dict,
-        customized_response_dict=customized_response_dict,
-        operation_model=operation_model,
-        **kwargs,
-    )
-
-
-def _as_botocore_error(raw: urllib3.exceptions.HTTPError) -> botocore.exceptions.HTTPClientError:
-    """botocore's error for a transport failure that came out of botocore as urllib3's own: it
-    reads the body of an error answer outside its mapping of urllib3's errors (its
-    ``convert_to_response_dict``), so a 404's or a 500's body that times out or is cut off there
-    reaches the caller raw. As botocore's, it is retried and reported as any other."""
-    if isinstance(raw, urllib3.exceptions.ReadTimeoutError):
-        return botocore.exceptions.ReadTimeoutError(endpoint_url=str(raw.url or ""), error=raw)
-    return botocore.exceptions.ResponseStreamingError(error=raw)
-
-
-def _direct_requests_wanted(asked: bool | None) -> bool:
-    """Whether a store that makes its own client sends requests directly (``_s3_direct``):
-    as asked, else unless ``EVSTORE_DIRECT_REQUESTS=0``; never where botocore would use a proxy
-    (any ``*_proxy`` variable but ``no_proxy``), which direct requests do not."""
-    wanted = os.environ.get("EVSTORE_DIRECT_REQUESTS", "1").strip() != "0" if asked is None else asked
-    return wanted and not any(scheme != "no" for scheme in urllib.request.getproxies())
 
 
 def _query_of(args: Mapping[str, Any]) -> dict[str, str]:
@@ -223,45 +77,11 @@ def _query_of(args: Mapping[str, Any]) -> dict[str, str]:
     return {names[name]: str(value) for name, value in args.items() if name in names}
 
 
-def _code(exc: botocore.exceptions.ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: botocore.exceptions.ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-
-
-def transient_kind(exc: Exception, *, conditional: bool) -> str | None:
-    """Why a failed attempt may succeed if repeated (``"throttled"``, ``"conflict"``, ``"error"``),
-    or None when repeating it cannot help (404, 412, 403, a bad request, no credentials)."""
-    if isinstance(exc, botocore.exceptions.ClientError):
-        status, code = _status(exc), _code(exc)
-        if code in _THROTTLING or status == 429:
-            return "throttled"
-        if status == 409 and conditional:
-            # AWS's ConditionalRequestConflict; the retry meets the winner's object (412) or wins
-            return "conflict"
-        if status >= 500 or code in _TRANSIENT_CODES:
-            # 500 on a conditional PUT is also RGW 16's answer to a racing If-Match (ECANCELED)
-            return "error"
-        return None
-    if isinstance(exc, botocore.exceptions.SSLError):
-        return None  # a certificate problem does not go away by asking again
-    if isinstance(
-        exc,
-        botocore.exceptions.ConnectionError  # refused, connect timeout, proxy
-        | botocore.exceptions.HTTPClientError  # closed, reset, read timeout, cut-off body
-        | botocore.exceptions.IncompleteReadError,
-    ):
-        return "error"
-    return None
-
-
 class S3Store(ObjectStore):
     """``max_attempts`` counts every attempt of a request, the first included; no retry
     starts later than ``retry_deadline`` seconds after the first attempt. A ``client``
     passed in keeps its own botocore retry configuration (evstore retries on top) and its
-    own timestamp parser; the client made here parses timestamps with ``_parse_timestamp``.
+    own timestamp parser; the client made here is ``_s3_client.own_client``.
     ``direct_requests`` (default: on, unless ``EVSTORE_DIRECT_REQUESTS=0``) sends the GETs, LISTs
     and creates of a store that makes its own client through ``_s3_direct`` once botocore has
     shown how."""
@@ -294,27 +114,15 @@ class S3Store(ObjectStore):
         #: GETs, LISTs and creates sent by ``_s3_direct`` once botocore has shown how (None: all botocore's).
         self._direct: DirectRequests | None = None
         if client is None:
-            session = boto3.session.Session()
-            # botocore makes one attempt (no shared retry quota to drain); its mode still applies,
-            # so AWS_RETRY_MODE=adaptive keeps botocore's client-side rate limiting
-            mode = retry_mode or session._session.get_config_variable("retry_mode") or "standard"
-            config = Config(
-                retries={"mode": mode, "total_max_attempts": 1},
+            client, self._direct = own_client(
+                endpoint_url,
+                retry_mode=retry_mode,
                 connect_timeout=connect_timeout,
                 read_timeout=read_timeout,
                 max_pool_connections=max_pool_connections,
-                s3={"addressing_style": "path"} if endpoint_url else {},
+                direct_requests=direct_requests,
+                count=self._count_direct,
             )
-            # on this session only (its own parser factory): a client made elsewhere keeps botocore's
-            session._session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=_parse_timestamp)
-            client = session.client("s3", endpoint_url=endpoint_url, config=config)
-            if _CHECK_200 is not None:
-                client.meta.events.unregister("before-parse.s3.*", _CHECK_200)
-                client.meta.events.register_first("before-parse.s3.*", _before_parse)
-            else:
-                client.meta.events.register("before-parse.s3.ListObjectsV2", _read_list_body)
-            if _direct_requests_wanted(direct_requests):
-                self._direct = self._make_direct(session, client, connect_timeout, read_timeout, max_pool_connections)
         self.client = client
         #: Requests sent on the wire, by operation name (retries included).
         self.requests: Counter[str] = Counter()
@@ -322,34 +130,6 @@ class S3Store(ObjectStore):
         self.retries: Counter[str] = Counter()
         self.client.meta.events.register("before-send.s3", self._count)
         self._unquoted_if_match = False
-
-    def _make_direct(
-        self, session: Any, client: Any, connect_timeout: float, read_timeout: float, max_connections: int
-    ) -> DirectRequests:
-        signer = client._request_signer
-
-        def credentials() -> Any:
-            found = signer._credentials
-            return None if found is None else found.get_frozen_credentials()
-
-        def count(operation: str) -> None:
-            self.requests[operation] += 1
-
-        direct = DirectRequests(
-            credentials,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_connections=max_connections,
-            ca_bundle=session._session.get_config_variable("ca_bundle") or botocore.httpsession.get_cert_path(True),
-            parse_timestamp=_parse_timestamp,
-            count=count,
-        )
-        for operation in ("GetObject", "ListObjectsV2"):
-            client.meta.events.register(f"before-send.s3.{operation}", lambda request, **_: direct.observe_sent(request))
-            client.meta.events.register(
-                f"after-call.s3.{operation}", lambda http_response, **_: direct.observe_answered(http_response)
-            )
-        return direct
 
     def _after_direct(self, unanswered: Unanswered) -> int:
         """The attempt botocore's request is, after a direct one that ``unanswered`` says did not
@@ -360,6 +140,9 @@ class S3Store(ObjectStore):
     def _count(self, **kwargs: Any) -> None:
         event = str(kwargs.get("event_name", ""))
         self.requests[event.rsplit(".", 1)[-1]] += 1
+
+    def _count_direct(self, operation: str) -> None:
+        self.requests[operation] += 1
 
     def _retrying(
         self, action: str, key: str, request: Callable[[], T], *, conditional: bool = False, first_attempt: int = 1
@@ -385,7 +168,7 @@ class S3Store(ObjectStore):
                 try:
                     return request()
                 except urllib3.exceptions.HTTPError as raw:
-                    raise _as_botocore_error(raw) from raw
+                    raise as_botocore_error(raw) from raw
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 kind = transient_kind(exc, conditional=conditional)
                 if kind is None:
@@ -404,40 +187,13 @@ class S3Store(ObjectStore):
                 attempt += 1
 
     def _reason(self, exc: Exception) -> str:
-        """What went wrong, in words, without credentials or message content."""
-        if isinstance(exc, botocore.exceptions.ClientError):
-            return f"{_code(exc) or 'error'} (HTTP {_status(exc)})"
-        if isinstance(exc, botocore.exceptions.ReadTimeoutError):
-            return f"no answer within the {self.read_timeout:g} s read timeout"
-        if isinstance(exc, botocore.exceptions.ConnectTimeoutError):
-            return f"no connection within the {self.connect_timeout:g} s connect timeout"
-        if isinstance(exc, botocore.exceptions.EndpointConnectionError):
-            return "could not connect"
-        if isinstance(exc, botocore.exceptions.ConnectionClosedError):
-            return "the connection closed without an answer"
-        return type(exc).__name__
+        return reason(exc, read_timeout=self.read_timeout, connect_timeout=self.connect_timeout)
 
-    def _fail(
-        self, action: str, key: str, exc: Exception, *, attempts: int = 1, elapsed: float = 0.0
-    ) -> StoreUnavailableError:
-        tries = f" after {attempts} attempts in {elapsed:.1f} s" if attempts > 1 else ""
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code = _code(exc)
-            if code == "NoSuchBucket":
-                return StoreUnavailableError(f"bucket {self.bucket!r} does not exist ({self.location})")
-            if code in _DENIED:
-                return StoreUnavailableError(f"{action} {key!r} refused: access denied ({code}); check the credentials")
-            return StoreUnavailableError(f"{action} {key!r} failed: {self._reason(exc)}{tries} ({self.location})")
-        if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
-            return StoreUnavailableError(
-                f"no AWS credentials for {self.location}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE"
-            )
-        if isinstance(exc, botocore.exceptions.NoRegionError):
-            return StoreUnavailableError(f"no AWS region for {self.location}: set AWS_DEFAULT_REGION")
-        hint = ""
-        if transient_kind(exc, conditional=False) is not None:
-            hint = "; EVSTORE_READ_TIMEOUT, EVSTORE_CONNECT_TIMEOUT and EVSTORE_MAX_ATTEMPTS set the bounds"
-        return StoreUnavailableError(f"{action} {key!r} failed: {self._reason(exc)}{tries} ({self.location}){hint}")
+    def _fail(self, action: str, key: str, exc: Exception, *, attempts: int = 1, elapsed: float = 0.0) -> StoreUnavailableError:
+        why = self._reason(exc)
+        return unavailable(
+            action, key, exc, bucket=self.bucket, location=self.location, why=why, attempts=attempts, elapsed=elapsed
+        )
 
     def _put(
         self,
@@ -460,9 +216,9 @@ class S3Store(ObjectStore):
             )
             return str(put["ETag"])
         except botocore.exceptions.ClientError as exc:
-            if _status(exc) == 412 or _code(exc) == "PreconditionFailed":
+            if http_status(exc) == 412 or error_code(exc) == "PreconditionFailed":
                 raise PreconditionFailed(key) from None
-            if "IfMatch" in condition and _code(exc) in _MISSING:
+            if "IfMatch" in condition and error_code(exc) in MISSING:
                 raise PreconditionFailed(key) from None  # If-Match on an absent key: 404
             raise self._fail("put", key, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
@@ -513,7 +269,7 @@ class S3Store(ObjectStore):
         try:
             return self._retrying(action, key, request, first_attempt=first_attempt)
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _MISSING:
+            if error_code(exc) in MISSING:
                 raise ObjectMissing(key) from None
             raise self._fail(action, key, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
@@ -581,23 +337,13 @@ class S3Store(ObjectStore):
 
     def _botocore_list(self, prefix: str, args: dict[str, Any], *, first_attempt: int = 1) -> ListedPage:
         try:
-            _listing.active = True
-            response = self._retrying("list", prefix, lambda: self.client.list_objects_v2(**args), first_attempt=first_attempt)
+            with reading_list_bodies():
+                response = self._retrying(
+                    "list", prefix, lambda: self.client.list_objects_v2(**args), first_attempt=first_attempt
+                )
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from None
-        finally:
-            _listing.active = False
-        listed = response.get(_LISTED)
-        if isinstance(listed, ListedPage):
-            return listed
-        return ListedPage(
-            [
-                ObjectInfo(item["Key"], int(item["Size"]), str(item.get("ETag", "")), item["LastModified"])
-                for item in response.get("Contents", [])
-            ],
-            [str(item["Prefix"]) for item in response.get("CommonPrefixes", [])],
-            bool(response.get("IsTruncated")),
-        )
+        return listed_page(response)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         requests = 0
@@ -641,7 +387,7 @@ class S3Store(ObjectStore):
                 "get lifecycle of", self.bucket, lambda: self.client.get_bucket_lifecycle_configuration(Bucket=self.bucket)
             )
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) == "NoSuchLifecycleConfiguration":
+            if error_code(exc) == "NoSuchLifecycleConfiguration":
                 return []
             raise self._fail("get lifecycle of", self.bucket, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
@@ -651,9 +397,7 @@ class S3Store(ObjectStore):
     def put_lifecycle(self, rules: list[LifecycleRule]) -> None:
         def request() -> object:
             if rules:
-                return self.client.put_bucket_lifecycle_configuration(
-                    Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
-                )
+                return self.client.put_bucket_lifecycle_configuration(Bucket=self.bucket, LifecycleConfiguration={"Rules": rules})
             return self.client.delete_bucket_lifecycle(Bucket=self.bucket)
 
         try:
@@ -683,7 +427,7 @@ class S3Store(ObjectStore):
                 lambda: self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id),
             )
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) == "NoSuchUpload":
+            if error_code(exc) == "NoSuchUpload":
                 return  # aborted already (by us, if a retried abort lost its first answer)
             raise self._fail("abort upload of", key, exc) from None
         except botocore.exceptions.BotoCoreError as exc:
@@ -705,7 +449,7 @@ class S3Store(ObjectStore):
         try:
             self._retrying("list", prefix, lambda: self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=1))
         except botocore.exceptions.ClientError as exc:
-            return _code(exc) or f"HTTP {_status(exc)}"
+            return error_code(exc) or f"HTTP {http_status(exc)}"
         except botocore.exceptions.BotoCoreError as exc:
             raise self._fail("list", prefix, exc) from None
         return None
