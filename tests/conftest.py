@@ -60,6 +60,66 @@ def _serialize_moto() -> None:
 _serialize_moto()
 
 
+def _share_botocore_data() -> None:
+    """Every ``S3Store`` makes a boto3 session of its own, and each session's loader parses the S3
+    service model anew (0.15-0.3 s): a suite that makes thousands of stores would spend minutes on
+    it. Here the parsed files are shared by every loader of the process. botocore already hands one
+    parsed model to all the clients of a session and never changes it, so sharing it across sessions
+    changes nothing a test can see but the time."""
+    import functools
+
+    from botocore.loaders import Loader
+
+    load = Loader.load_data_with_path
+    parsed: dict[tuple[tuple[str, ...], str], Any] = {}
+
+    @functools.wraps(load)
+    def shared(self: Loader, name: str) -> Any:
+        key = (tuple(self.search_paths), name)
+        if key not in parsed:
+            parsed[key] = load(self, name)
+        return parsed[key]
+
+    Loader.load_data_with_path = shared  # type: ignore[method-assign]
+
+
+_share_botocore_data()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The README's test command runs the suite on pytest-xdist workers (``--dist loadgroup``).
+    The RGW tests share one gateway, so they are one group, run by one worker. The RGW and stress
+    tests are slow (the quick tier, ``-m "not slow"``, leaves them out), and the slow tests are handed
+    out first, so that none starts last and holds the whole run back; the order is the same in every
+    worker, as xdist requires."""
+    rgw = Path(__file__).parent / "rgw"
+    for item in items:
+        if rgw in item.path.parents:
+            item.add_marker(pytest.mark.xdist_group("rgw"))
+        if item.get_closest_marker("rgw") or item.get_closest_marker("stress"):
+            item.add_marker(pytest.mark.slow)  # a gateway to boot, or a harness of writers and faults
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slow") else 1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Under xdist: each worker's stress figures are added up here, in the controller."""
+    totals = getattr(node, "workeroutput", {}).get("stress_figures")
+    if totals:
+        from .stress.conftest import FIGURES
+
+        FIGURES.add_totals(totals)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The stress harness's figures, when any stress test ran (in this process or in a worker)."""
+    import sys
+
+    stress = sys.modules.get(f"{__package__}.stress.conftest")
+    if stress is not None:
+        stress.print_figures(terminalreporter)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -25,7 +25,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -85,11 +85,35 @@ class Figures:
     def touched(self) -> bool:
         return bool(self.thread_writers or self.process_writers or self.faults or self.crashes or self.fuzzed or self.acked)
 
+    def totals(self) -> dict[str, Any]:
+        """The figures as plain JSON values: what an xdist worker hands the controller."""
+        with self.lock:
+            values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
+            return {name: dict(value) if isinstance(value, Counter) else value for name, value in values.items()}
+
+    def add_totals(self, totals: dict[str, Any]) -> None:
+        """Add another process's ``totals()`` to these figures."""
+        with self.lock:
+            for name, value in totals.items():
+                if isinstance(value, dict):
+                    getattr(self, name).update(value)
+                else:
+                    setattr(self, name, getattr(self, name) + value)
+
 
 FIGURES = Figures()
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Under pytest-xdist a worker prints nothing: it hands its figures to the controller, which
+    adds them up (tests/conftest.py's ``pytest_testnodedown``) and prints them once."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and FIGURES.touched:
+        workeroutput["stress_figures"] = FIGURES.totals()
+
+
+def print_figures(terminalreporter: Any) -> None:
+    """The run's stress figures as a section of the terminal summary (nothing when no stress test ran)."""
     f = FIGURES
     if not f.touched:
         return
