@@ -2,11 +2,12 @@
 connections, a handler per connection, the pooled upstream connections, and the hand-made parsing
 of heads and bodies.
 
-Not a public interface. The handler reports each request to its ``LatencyProxy`` (``_begin``,
+Not a public interface. The handler reports each request to the proxy it serves (``_begin``,
 ``_finished`` just before an answer's last write, ``_end``) and takes and returns upstream
-connections through it; the proxy owns the counting, the depth and the pool. Heads are parsed
-only as far as the relay needs (framing and keep-alive headers); the others pass through as they
-came.
+connections through it; the proxy owns the counting, the depth and the pool. The relay knows that
+proxy only as ``RelayedProxy``, what it asks of it: imports go one way, ``latency_proxy`` on top.
+Heads are parsed only as far as the relay needs (framing and keep-alive headers); the others pass
+through as they came.
 """
 
 from __future__ import annotations
@@ -17,10 +18,7 @@ import socket
 import socketserver
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO
-
-if TYPE_CHECKING:
-    from benchmarks.latency_proxy import LatencyProxy
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 # Headers that describe one hop, not the message: never passed on as they came. The proxy frames
 # each body itself (Content-Length, or chunked when upstream gave no length).
@@ -35,11 +33,48 @@ MAX_LINE = 64 * 1024
 READ_FIELDS = frozenset({b"content-length", b"transfer-encoding", b"connection", b"expect"})
 
 
+Ticket = TypeVar("Ticket")
+
+
+class RelayedProxy(Protocol[Ticket]):
+    """What the relay asks of the proxy it serves (``latency_proxy.LatencyProxy``): its delay and
+    timeout, and a call at each step of a request. ``Ticket`` is the proxy's own record of one
+    request: the relay only hands back what ``_begin`` gave it."""
+
+    delay: float  # seconds each request waits before it is passed on; read per request
+    timeout: float  # of every socket, client's and upstream's
+
+    def _begin(self, method: str, path: str) -> Ticket:
+        """A request's head has arrived."""
+        ...
+
+    def _finished(self, ticket: Ticket, up: int, down: int, failed: bool) -> None:
+        """The answer is complete but for its last write; called again when the request ends (a no-op then
+        unless the answer never got that far)."""
+        ...
+
+    def _end(self, ticket: Ticket) -> None:
+        """The request is over: its answer is written, or it failed."""
+        ...
+
+    def _take_upstream(self) -> tuple[Upstream, bool]:
+        """An upstream connection to send on, and whether it was pooled (reused)."""
+        ...
+
+    def _put_upstream(self, upstream: Upstream) -> None:
+        """A connection that can serve another request, back to the pool."""
+        ...
+
+    def _track(self, sock: socket.socket, add: bool) -> None:
+        """A client connection opened (add) or closed."""
+        ...
+
+
 class Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256  # boto3 opens up to max_pool_connections at once: no SYN may wait for a retry
-    proxy: LatencyProxy
+    proxy: RelayedProxy[Any]
 
     def handle_error(self, request: object, client_address: object) -> None:
         pass  # a client that went away mid-answer: nothing to report

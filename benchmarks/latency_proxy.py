@@ -32,7 +32,8 @@ CPU; it shares this machine's cores with the client and the server, so it
 parses heads by hand (only the framing and keep-alive headers are read; the
 others pass through as they came) and opens no upstream connection a pooled one
 can serve. Stdlib only. Only loopback addresses are used. The relay is ``_proxy_relay.py``'s;
-this module keeps the counts, the depth and the pool of upstream connections.
+this module keeps the counts, the depth and the pool of upstream connections, and is the
+``RelayedProxy`` the relay reports to (the relay never imports this module).
 
     with LatencyProxy("http://127.0.0.1:9000", delay=0.015) as proxy:
         client = boto3.client("s3", endpoint_url=proxy.endpoint)

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"evstore": ROOT / "evstore", "evstore_cli": ROOT / "cli"}
+PACKAGES = {"evstore": ROOT / "evstore", "evstore_cli": ROOT / "cli", "benchmarks": ROOT / "benchmarks"}
 
 
 def module_name(package: str, path: Path) -> str:
