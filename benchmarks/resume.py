@@ -75,7 +75,7 @@ if os.environ.get(SOURCE_ENV):  # a child: the evstore being measured, found ahe
 from benchmarks._harness import started_line  # noqa: E402
 from benchmarks.studies.resume.bench import Bench  # noqa: E402
 from benchmarks.studies.resume.child import child  # noqa: E402
-from benchmarks.studies.resume.plan import BIG, CLIENT_CORES, FEW_REQUESTS, FULL, QUICK, variants_at  # noqa: E402
+from benchmarks.studies.resume.plan import BIG, CLIENT_CORES, FEW_REQUESTS, FULL, QUICK, Plan, variants_at  # noqa: E402
 from benchmarks.studies.resume.report import Figures  # noqa: E402
 
 
@@ -89,7 +89,7 @@ def parse_list(text: str, kind: Callable[[str], Any]) -> tuple[Any, ...]:
     return values
 
 
-def main(argv: list[str] | None = None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a smoke run: sizes 100 and 1,000, one round")
     parser.add_argument("--delays", type=lambda t: parse_list(t, float), help="delays per request in ms (default 15,50)")
@@ -121,15 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="save every sample here")
     parser.add_argument("--report-from", metavar="FILE", help="print the tables from a --json file of an earlier run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))), flush=True)
-        return 0
-    if args.report_from:
-        print(Figures.from_json(json.loads(Path(args.report_from).read_text())).report())
-        return 0
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    """The quick or full plan, with what the command line sets instead."""
     plan = QUICK if args.quick else FULL
-    plan = dataclasses.replace(
+    return dataclasses.replace(
         plan,
         sizes=args.sizes or plan.sizes,
         delays_ms=args.delays or plan.delays_ms,
@@ -140,11 +138,55 @@ def main(argv: list[str] | None = None) -> int:
         few_request_rounds=args.few_request_rounds or plan.few_request_rounds,
         pinned=args.pin,
     )
+
+
+def pin_off_the_client_cores() -> None:
+    """--pin: this process, the proxy's threads and the servers it starts, on the cores the resuming clients are not."""
+    cores = os.sched_getaffinity(0) - CLIENT_CORES
+    if not cores or not os.sched_getaffinity(0) >= CLIENT_CORES:
+        raise SystemExit("--pin needs core 0 and at least one other core")
+    os.sched_setaffinity(0, cores)
+
+
+def print_heading(bench: Bench, plan: Plan, quick: bool, measured: str, load: float) -> None:
+    print(f"# Resume under latency ({'quick' if quick else 'full'})")
+    print(f"server: {bench.server}")
+    print(f"proxy: {bench.proxy.endpoint}; delays {', '.join(f'{d:g} ms' for d in plan.delays_ms)}; sizes {plan.sizes}")
+    print(
+        f"evstore: {measured}; Store.resume: {'yes' if bench.has_resume else 'no'}; "
+        f"Store(auto_compact) default: {bench.auto_compact_default}"
+    )
+    print(started_line(2, load), flush=True)
     if plan.pinned:
-        cores = os.sched_getaffinity(0) - CLIENT_CORES
-        if not cores or not os.sched_getaffinity(0) >= CLIENT_CORES:
-            raise SystemExit("--pin needs core 0 and at least one other core")
-        os.sched_setaffinity(0, cores)  # this process, the proxy's threads and the servers it starts
+        others = sorted(os.sched_getaffinity(0))
+        print(f"pinned: each resuming client on core(s) {sorted(CLIENT_CORES)}; server, proxy and appends on {others}")
+
+
+def measure(bench: Bench, plan: Plan) -> None:
+    """Every size's resumes (its sessions set up first), then the appends per delay and size, then the amortized appends."""
+    for n in plan.sizes:
+        bench.setup(n)
+        for kind in variants_at(n):
+            if kind.startswith("evstore"):
+                print(f"  {kind} at {n:,}: {bench.layout_notes[(kind, n)]}")
+        bench.bench_resume(n)
+    for d in plan.delays_ms:
+        for n in plan.sizes:
+            bench.bench_append(n, d)
+    bench.bench_amortized(plan.amortized_appends)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments().parse_args(argv)
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))), flush=True)
+        return 0
+    if args.report_from:
+        print(Figures.from_json(json.loads(Path(args.report_from).read_text())).report())
+        return 0
+    plan = plan_of(args)
+    if plan.pinned:
+        pin_off_the_client_cores()
     # SIGTERM, and SIGINT even where a background start ignored it, end the run through its cleanup
     # (the proxy, moto's process, RGW's daemons)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -159,27 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(source, ignore_errors=True)
         raise
     try:
-        print(f"# Resume under latency ({'quick' if args.quick else 'full'})")
-        print(f"server: {bench.server}")
-        print(f"proxy: {bench.proxy.endpoint}; delays {', '.join(f'{d:g} ms' for d in plan.delays_ms)}; sizes {plan.sizes}")
-        print(
-            f"evstore: {measured}; Store.resume: {'yes' if bench.has_resume else 'no'}; "
-            f"Store(auto_compact) default: {bench.auto_compact_default}"
-        )
-        print(started_line(2, load), flush=True)
-        if plan.pinned:
-            others = sorted(os.sched_getaffinity(0))
-            print(f"pinned: each resuming client on core(s) {sorted(CLIENT_CORES)}; server, proxy and appends on {others}")
-        for n in plan.sizes:
-            bench.setup(n)
-            for kind in variants_at(n):
-                if kind.startswith("evstore"):
-                    print(f"  {kind} at {n:,}: {bench.layout_notes[(kind, n)]}")
-            bench.bench_resume(n)
-        for d in plan.delays_ms:
-            for n in plan.sizes:
-                bench.bench_append(n, d)
-        bench.bench_amortized(plan.amortized_appends)
+        print_heading(bench, plan, args.quick, measured, load)
+        measure(bench, plan)
         print()
         print(bench.figures.report())
         print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at the end {os.getloadavg()[0]:.2f}")

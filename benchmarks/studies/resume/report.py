@@ -82,9 +82,12 @@ class Figures:
         }[variant]
 
     def report(self) -> str:
+        """The resume table and its notes, the append table and its note, and the targets."""
+        return "\n".join([*self.resume_table(), "", *self.resume_notes(), "", *self.append_table(), "", self.targets()])
+
+    def resume_table(self) -> list[str]:
+        """A row per size and variant measured at every delay."""
         delays = self.plan.delays_ms
-        lines: list[str] = []
-        add = lines.append
         head = ["messages", "variant", "requests", "dependent round trips"]
         for d in delays:
             head += [f"time @ {d:g} ms", f"÷ {d:g} ms"]
@@ -93,34 +96,39 @@ class Figures:
             "client CPU",
             "server + proxy CPU",
         ]
-        add("### Resume: a fresh process opens the session, gets its context, appends one message")
-        add("")
-        add("| " + " | ".join(head) + " |")
-        add("|" + "---|" * len(head))
+        lines = ["### Resume: a fresh process opens the session, gets its context, appends one message", ""]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for n in self.plan.sizes:
             for variant in VARIANTS:
                 got = {d: self.samples.get((variant, n, d), []) for d in delays}
-                if not all(got.values()):
-                    continue
-                every = [s for d in delays for s in got[d]]
-                row = [f"{n:,}", self.label(variant), spread([s.requests for s in every]), spread([s.depth for s in every])]
-                med = {d: median(s.seconds for s in got[d]) for d in delays}
-                for d in delays:
-                    row += [fmt_ms(med[d]), f"{med[d] / (d / 1000):,.1f}"]
-                rest = [median(s.seconds - s.depth * d / 1000 for s in got[d]) for d in delays]
-                row += [
-                    " / ".join(fmt_ms(r) for r in rest),
-                    fmt_ms(median(s.cpu for s in every)),
-                    fmt_ms(median(s.server_cpu for s in every)) if any(s.server_cpu for s in every) else "not measured",
-                ]
-                add("| " + " | ".join(row) + " |")
-        add("")
+                if all(got.values()):
+                    lines.append("| " + " | ".join(self.resume_row(n, variant, got)) + " |")
+        return lines
+
+    def resume_row(self, n: int, variant: str, got: dict[float, list[Sample]]) -> list[str]:
+        """One variant at ``n`` messages, from its samples at each delay."""
+        delays = self.plan.delays_ms
+        every = [s for d in delays for s in got[d]]
+        row = [f"{n:,}", self.label(variant), spread([s.requests for s in every]), spread([s.depth for s in every])]
+        med = {d: median(s.seconds for s in got[d]) for d in delays}
+        for d in delays:
+            row += [fmt_ms(med[d]), f"{med[d] / (d / 1000):,.1f}"]
+        rest = [median(s.seconds - s.depth * d / 1000 for s in got[d]) for d in delays]
+        return [
+            *row,
+            " / ".join(fmt_ms(r) for r in rest),
+            fmt_ms(median(s.cpu for s in every)),
+            fmt_ms(median(s.server_cpu for s in every)) if any(s.server_cpu for s in every) else "not measured",
+        ]
+
+    def resume_notes(self) -> list[str]:
+        """How the resume table was measured, and the variants not run at the largest sizes."""
         rounds = f"{self.plan.rounds} round(s)" + (
             f" ({self.plan.big_rounds} at {BIG:,} and more)" if any(n >= BIG for n in self.plan.sizes) else ""
         )
         if self.plan.few_request_rounds > min(self.plan.rounds, self.plan.big_rounds):
             rounds += f", and of {self.plan.few_request_rounds} at every size for {', '.join(map(self.label, FEW_REQUESTS))}"
-        add(
+        lines = [
             f"Median of {rounds} per cell, variants interleaved in alternating order. Requests and dependent round trips "
             "are counted by the proxy (a single figure when every round agreed, else the range); each run meets the same "
             "N messages (the session is put back after each). Not latency: the median over rounds of each run's time "
@@ -132,53 +140,47 @@ class Figures:
                 if self.plan.pinned
                 else "on the same cores as the client (without --pin)."
             )
-        )
+        ]
         if any(n > PER_MESSAGE_UP_TO for n in self.plan.sizes):
-            add("")
-            add(
+            lines.append("")
+            lines.append(
                 f"Not run past {PER_MESSAGE_UP_TO:,} messages: {' and '.join(map(self.label, PER_MESSAGE))}, which read "
                 "one object per message (a GET each, every run)."
             )
-        add("")
-        add("### Append: median time per append, and ratio to a raw conditional PUT of the same bytes")
-        add("")
+        return lines
+
+    def append_table(self) -> list[str]:
+        """A row per delay and size, and how they were measured."""
+        lines = ["### Append: median time per append, and ratio to a raw conditional PUT of the same bytes", ""]
         head = ["delay", "messages", "evstore `append`", "raw `put_object(IfNoneMatch=\"*\")`", "Strands snapshot save",
                 "evstore ÷ PUT", "snapshot ÷ PUT", "evstore ÷ PUT, means", "evstore requests / append (these)"]  # fmt: skip
-        add("| " + " | ".join(head) + " |")
-        add("|" + "---|" * len(head))
-        for d in delays:
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for d in self.plan.delays_ms:
             for n in self.plan.sizes:
                 a = self.appends.get((n, d))
                 if a is None:
                     continue
                 per = {k: median(v) for k, v in a["times"].items()}
-                add(
-                    "| "
-                    + " | ".join(
-                        [
-                            f"{d:g} ms",
-                            f"{n:,}",
-                            fmt_ms(per["evstore"]),
-                            fmt_ms(per["raw"]),
-                            fmt_ms(per["snapshot"]),
-                            f"{per['evstore'] / per['raw']:.3f}x",
-                            f"{per['snapshot'] / per['raw']:.2f}x",
-                            f"{statistics.fmean(a['times']['evstore']) / statistics.fmean(a['times']['raw']):.3f}x",
-                            f"{a['evstore_requests_per_append']:.3g}",
-                        ]
-                    )
-                    + " |"
-                )
-        add("")
-        add(
+                row = [
+                    f"{d:g} ms",
+                    f"{n:,}",
+                    fmt_ms(per["evstore"]),
+                    fmt_ms(per["raw"]),
+                    fmt_ms(per["snapshot"]),
+                    f"{per['evstore'] / per['raw']:.3f}x",
+                    f"{per['snapshot'] / per['raw']:.2f}x",
+                    f"{statistics.fmean(a['times']['evstore']) / statistics.fmean(a['times']['raw']):.3f}x",
+                    f"{a['evstore_requests_per_append']:.3g}",
+                ]
+                lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        lines.append(
             f"{self.plan.append_rounds} interleaved rounds per row, warm clients in one process, through the proxy. "
             f"An evstore event is {next(iter(self.appends.values()))['event_bytes'] if self.appends else '?'} bytes; "
             "the snapshot save writes the whole agent. Medians, and the ratio of the means (which includes "
             "any compaction work an append does on the caller's path)."
         )
-        add("")
-        add(self.targets())
-        return "\n".join(lines)
+        return lines
 
     def targets(self) -> str:
         """The figures issues 16 and 28 set targets for, read off the tables above: issue 28's 2 dependent
