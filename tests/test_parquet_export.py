@@ -21,9 +21,11 @@ import pytest
 from click.testing import CliRunner
 from evstore_cli import cli
 
-from evstore import Keyring, LocalStore, Store
+from evstore import Event, EvstoreError, InvalidInputError, Keyring, LocalStore, Store, StoreUnavailableError
 from evstore._backends._s3 import S3Store
+from evstore._codec import MessagesBody
 from evstore.integrations import parquet
+from evstore.integrations.parquet import _report, _rows, _writer
 
 from .helpers import T0, Clock, msg, python_output
 
@@ -155,8 +157,8 @@ def test_duckdb_answers_an_auditors_questions(fleet: Path, tmp_path: Path) -> No
 def test_rows_go_out_in_row_groups_and_parts_with_memory_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Small limits: a session longer than a spool batch spills to disk (and, tampered at its end,
     still leaves no row); days beyond the open-file limit close a part and start another."""
-    monkeypatch.setattr(parquet, "ROW_GROUP_ROWS", 4)
-    monkeypatch.setattr(parquet, "MAX_OPEN_FILES", 2)
+    monkeypatch.setattr(_writer, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(_writer, "MAX_OPEN_FILES", 2)
     clock = Clock()
     store = Store(LocalStore(tmp_path / "store"), clock=clock)
     writers = [store.open(sid, create=True) for sid in ("long", "long-2", "long-bad")]
@@ -169,13 +171,13 @@ def test_rows_go_out_in_row_groups_and_parts_with_memory_bounded(tmp_path: Path,
     store.backend.delete_many([key])
     store.backend.create(key, altered)
     spilled: list[str] = []
-    spill = parquet._Spool._spill
+    spill = _writer.Spool._spill
 
-    def counting(self: parquet._Spool) -> None:
+    def counting(self: _writer.Spool) -> None:
         spilled.append(self.columns["session_id"][0])
         spill(self)
 
-    monkeypatch.setattr(parquet._Spool, "_spill", counting)
+    monkeypatch.setattr(_writer.Spool, "_spill", counting)
     report = parquet.export(store, tmp_path / "out")
     assert spilled.count("long-bad") == 6  # 25 events spooled, 24 of them spilled, before seq 26 failed
     assert "seq 26" in report.skipped[0].detail
@@ -258,7 +260,7 @@ def test_without_pyarrow_the_export_is_exit_2_naming_the_extra(
     assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
     assert "pip install 'evstore[parquet]'" in result.stderr
     assert not (tmp_path / "out").exists()
-    with pytest.raises(parquet.InvalidInputError, match=r"evstore\[parquet\]"):
+    with pytest.raises(InvalidInputError, match=r"evstore\[parquet\]"):
         parquet.export(Store(LocalStore(fleet)), tmp_path / "out")
 
 
@@ -285,7 +287,7 @@ def test_an_s3_destination_on_moto(fleet: Path, tmp_path: Path, s3_backend: S3St
         ("plain-2", 3),
     ]
     # a prefix that holds objects is refused (rows of two exports are never mixed), before any work
-    with pytest.raises(parquet.InvalidInputError, match="already holds objects"):
+    with pytest.raises(InvalidInputError, match="already holds objects"):
         parquet.export(store, url, endpoint_url=moto_endpoint)
     # the command: the same, with the endpoint from the environment
     env = {"EVSTORE_STORE": f"file://{fleet}", "AWS_ENDPOINT_URL": moto_endpoint}
@@ -299,7 +301,7 @@ def test_an_s3_destination_on_moto(fleet: Path, tmp_path: Path, s3_backend: S3St
 def test_past_the_memory_cap_the_largest_waiting_group_is_written_early(
     fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(parquet, "MAX_BUFFERED_BYTES", 1)  # every routed batch goes out at once
+    monkeypatch.setattr(_writer, "MAX_BUFFERED_BYTES", 1)  # every routed batch goes out at once
     report = parquet.export(Store(LocalStore(fleet), keyring=K1), tmp_path / "out")
     assert report.rows == 14 and _sql(tmp_path / "out", "SELECT count(*) FROM rows") == [(14,)]
     groups = [pq.ParquetFile(p).metadata.num_row_groups for p in (tmp_path / "out").rglob("*.parquet")]
@@ -317,10 +319,10 @@ def test_an_export_that_stops_leaves_no_half_written_part(fleet: Path, tmp_path:
 
 
 def test_an_event_time_that_is_no_rfc_3339_time_makes_the_session_unreadable() -> None:
-    event = parquet.Event("s", 4, "yesterday", "w", None, "0" * 64, parquet.MessagesBody([]))
-    with pytest.raises(parquet.EvstoreError, match="seq 4: time 'yesterday' is not an RFC 3339 time"):
-        parquet._time_of(event)
-    outcome = parquet._outcome("s", parquet._Unreadable("x"))
+    event = Event("s", 4, "yesterday", "w", None, "0" * 64, MessagesBody([]))
+    with pytest.raises(EvstoreError, match="seq 4: time 'yesterday' is not an RFC 3339 time"):
+        _rows.time_of(event)
+    outcome = _report.outcome_of("s", _rows.Unreadable("x"))
     assert outcome.status == "unreadable"
 
 
@@ -333,16 +335,16 @@ def test_a_failed_upload_is_one_error_and_leaves_no_object(
         raise boto3.exceptions.S3UploadFailedError("Failed to upload: An error occurred (SlowDown)")
 
     monkeypatch.setattr(boto3.s3.inject, "upload_file", refuse)  # clients made from here on carry it
-    with pytest.raises(parquet.StoreUnavailableError, match=r"cannot upload 'x/day=2026-03-0\d/part-00000.parquet'"):
+    with pytest.raises(StoreUnavailableError, match=r"cannot upload 'x/day=2026-03-0\d/part-00000.parquet'"):
         parquet.export(Store(LocalStore(fleet)), f"s3://{s3_backend.bucket}/x", prefix="plain-", endpoint_url=moto_endpoint)
     assert list(s3_backend.list("x/")) == []
 
 
 def test_a_local_write_that_fails_is_one_error(fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def full(self: parquet._Part, pa: Any) -> None:
+    def full(self: _writer.Part, pa: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(parquet._Part, "flush", full)
+    monkeypatch.setattr(_writer.Part, "flush", full)
     result = CliRunner().invoke(
         cli, ["export", "--all", "--format", "parquet", str(tmp_path / "out")], env={"EVSTORE_STORE": f"file://{fleet}"}
     )
