@@ -206,6 +206,7 @@ def test_the_same_session_id_may_exist_for_two_users_and_two_apps(service: Evsto
     assert [get(service, s) for s in sessions] == sessions
 
 
+@pytest.mark.slow
 def test_two_concurrent_creates_exactly_one_wins(every_backend: ObjectStore) -> None:
     barrier = BarrierStore(every_backend, r"/manifest$")
     store = Store(barrier, root="root")
@@ -281,6 +282,7 @@ def test_get_user_state_has_no_prefix_and_is_empty_when_none(service: EvstoreSes
     assert run(service.get_user_state(app_name=APP, user_id=USER)) == {"name": "Ana"}
 
 
+@pytest.mark.slow
 def test_concurrent_user_state_deltas_from_two_sessions_are_both_kept(every_backend: ObjectStore) -> None:
     store = Store(every_backend, root="root")
     one, two = EvstoreSessionService(store), EvstoreSessionService(store)
@@ -337,6 +339,7 @@ def scoped_records(store: Store, evstore_id: str) -> list[dict[str, Any]]:
     return [e.messages[0]["meta"]["adk"] for e in store.replay(evstore_id)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", list(KILL_POINTS))
 def test_a_kill_at_any_point_of_an_append_leaves_state_that_agrees_with_the_events(
     point: str, every_backend: ObjectStore
@@ -390,6 +393,7 @@ def get_raw_event(backend: ObjectStore, session: Session, seq: int) -> Event:
     return Event.model_validate(record["event"])
 
 
+@pytest.mark.slow
 def test_two_processes_completing_one_delta_apply_it_once(every_backend: ObjectStore) -> None:
     killer = KillAt(every_backend, r"\.u\.")
     dying = EvstoreSessionService(Store(killer, root="root"))
@@ -416,6 +420,7 @@ def test_two_processes_completing_one_delta_apply_it_once(every_backend: ObjectS
     assert deltas == [{"n": 1}, {"n": 2}]
 
 
+@pytest.mark.slow
 def test_completions_of_two_sessions_deltas_keep_both(every_backend: ObjectStore) -> None:
     killer = KillAt(every_backend, r"\.u\.")
     dying = EvstoreSessionService(Store(killer, root="root"))
@@ -464,6 +469,7 @@ def test_an_event_records_the_state_log_head_before_it_even_from_a_service_that_
     assert run(EvstoreSessionService(store).get_user_state(app_name=APP, user_id=USER)) == {"n": 99}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("delta", "puts"), [({"k": 1}, 1), ({"user:u": 1}, 2), ({"app:a": 1, "k": 1}, 2), ({"app:a": 1, "user:u": 1}, 3)]
 )
@@ -595,6 +601,7 @@ def counted_session(events: int) -> tuple[Store, CountingStore, Session]:
     return store, counting, session
 
 
+@pytest.mark.slow
 def test_recent_events_from_a_new_process_cost_the_same_at_any_session_length() -> None:
     costs = []
     for events in (10, 150):
@@ -606,6 +613,7 @@ def test_recent_events_from_a_new_process_cost_the_same_at_any_session_length() 
     assert costs[0] == costs[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("events", [10, 300])
 def test_a_new_process_reads_a_whole_session_for_what_a_replay_of_it_costs(events: int) -> None:
     """One pass (``Store.resume``'s) gives the events and the writer: the requests of a replay,
@@ -622,6 +630,7 @@ def test_a_new_process_reads_a_whole_session_for_what_a_replay_of_it_costs(event
     assert dict(counting.counts) == {**replay, "LIST": replay["LIST"] + 2}
 
 
+@pytest.mark.slow
 def test_an_append_costs_the_same_at_any_session_length() -> None:
     costs = []
     for events in (10, 150):
@@ -640,6 +649,7 @@ def _turns(service: EvstoreSessionService, session: Session, events: int) -> Ses
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("events", [10, 1500])
 def test_a_runner_turn_costs_the_same_few_requests_at_any_session_length(events: int) -> None:
     """What a Runner does each turn with a long-lived service: get_session (the whole session),
@@ -706,6 +716,7 @@ def test_list_sessions_of_a_user_lists_only_theirs(service: EvstoreSessionServic
     assert {s.id for s in listed} == mine and {s.user_id for s in listed} == {USER}
 
 
+@pytest.mark.slow
 def test_list_sessions_without_a_user_lists_every_users(every_backend: ObjectStore) -> None:
     service = EvstoreSessionService(Store(every_backend, root="root"))
     made = {(new_session(service, user_id=u).id, u) for u in (USER, "bob", "bob", "")}
@@ -1027,6 +1038,7 @@ def request_texts(request: LlmRequest) -> list[str]:
     return [p.text for c in request.contents for p in (c.parts or []) if p.text]
 
 
+@pytest.mark.slow
 def test_a_runner_runs_and_resumes_from_a_fresh_service(every_backend: ObjectStore) -> None:
     service = EvstoreSessionService(Store(every_backend, root="root"))
     session = new_session(service, session_id="chat")

@@ -12,6 +12,7 @@ pytest.importorskip("google.adk")
 from benchmarks import adk_costs
 
 
+@pytest.mark.slow
 def test_the_quick_run_prints_a_count_per_column_and_a_verdict_for_every_row(capsys: pytest.CaptureFixture[str]) -> None:
     assert adk_costs.main(["--quick"]) == 0
     out = capsys.readouterr().out

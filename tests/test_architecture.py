@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"evstore": ROOT / "evstore", "evstore_cli": ROOT / "cli", "benchmarks": ROOT / "benchmarks"}
 
@@ -82,10 +84,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_import_circles_in_evstore_or_the_command() -> None:
     assert cycles(import_graph()) == []
 
 
+@pytest.mark.slow
 def test_no_part_below_the_facade_imports_the_store() -> None:
     graph = import_graph()
     above = {"evstore", "evstore._store", "evstore._url", "evstore._async", "evstore._doctor"}

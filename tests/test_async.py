@@ -64,6 +64,7 @@ async def spin(loops: int = 20) -> None:
         await asyncio.sleep(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["memory", "local", "moto"], indirect=True)
 def test_round_trip_over_each_backend(store: Store) -> None:
     async def main() -> None:
@@ -415,6 +416,7 @@ def _join_all(threads: list[threading.Thread]) -> None:
         assert not thread.is_alive()
 
 
+@pytest.mark.slow
 def test_an_async_store_dropped_without_aclose_ends_its_workers(memory_store: Store) -> None:
     async def main() -> list[threading.Thread]:
         astore = AsyncStore(memory_store, max_workers=2)

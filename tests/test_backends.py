@@ -133,6 +133,7 @@ def test_get_within_max_bytes_returns_the_object(backend: ObjectStore) -> None:
     assert backend.get("root/sessions/s/00000000000000000001", max_bytes=10**9).data == b"x" * 100
 
 
+@pytest.mark.slow
 def test_get_over_max_bytes_is_refused_as_an_integrity_error(backend: ObjectStore) -> None:
     key = "root/sessions/s/00000000000000000001"
     backend.create(key, b"x" * 101)
@@ -148,6 +149,7 @@ def test_get_over_max_bytes_is_refused_as_an_integrity_error(backend: ObjectStor
     assert backend.get(key).data == b"x" * 101  # no limit: read as before
 
 
+@pytest.mark.slow
 def test_get_of_an_empty_object_with_a_limit(backend: ObjectStore) -> None:
     backend.create("e", b"")
     assert backend.get("e", max_bytes=0).data == b""

@@ -53,6 +53,7 @@ def one_line_error(result: Result, code: int) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_fresh_checkout_append_and_replay_work_with_no_configuration(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EVSTORE_", "AWS_ENDPOINT"))}
     env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))
@@ -62,6 +63,7 @@ def test_fresh_checkout_append_and_replay_work_with_no_configuration(tmp_path: P
     assert (tmp_path / "data" / "evstore" / "objects" / "sessions" / "demo" / "00000000000000000001").is_file()
 
 
+@pytest.mark.slow
 def test_events_land_at_exactly_root_sessions_id_seq(moto_endpoint: str, bucket: str) -> None:
     env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint}
     store = ["--store", f"s3://{bucket}/root"]
@@ -92,6 +94,7 @@ def test_a_second_writer_racing_for_a_seq_gets_exit_4_and_nothing_is_overwritten
     assert run("replay", "s").output == "[1] user: first\n"
 
 
+@pytest.mark.slow
 def test_append_reads_stdin_json_and_jsonl(run: Run) -> None:
     assert run("append", "s", input="from stdin\n").output == "1\n"
     assert run("append", "s", "--json", input='{"role": "assistant", "content": "hi", "x": 1}').output == "2\n"
@@ -119,6 +122,7 @@ def test_replay_jsonl_pipes_back_into_append(run: Run) -> None:
     assert run("replay", "copy").output == "[1] user: one\n[2] assistant: two\n"
 
 
+@pytest.mark.slow
 def test_replay_ranges_and_text_format(run: Run) -> None:
     for i in range(5):
         run("append", "s", f"m{i}")
@@ -144,6 +148,7 @@ def test_a_message_over_5_mib_exits_2_and_writes_nothing(run: Run, bucket: str, 
     assert keys(bucket, moto_endpoint) == []
 
 
+@pytest.mark.slow
 def test_replay_of_a_missing_session_exits_3(run: Run) -> None:
     assert "not found" in one_line_error(run("replay", "nobody"), 3)
     one_line_error(run("info", "nobody"), 3)
@@ -189,6 +194,7 @@ def test_usage_errors_exit_2(run: Run) -> None:
     one_line_error(run("--store", "ftp://x", "list"), 2)
 
 
+@pytest.mark.slow
 def test_list_info_and_delete(run: Run) -> None:
     for sid in ("b", "a", "c"):
         run("append", sid, "x")
@@ -202,6 +208,7 @@ def test_list_info_and_delete(run: Run) -> None:
     assert run("list", "--long").output.splitlines()[-1].startswith("a\t(deleted")
 
 
+@pytest.mark.slow
 def test_forks_rewind_and_views_through_the_command(run: Run) -> None:
     for i in range(4):
         run("append", "p", f"p{i}")
@@ -229,6 +236,7 @@ def test_context_view_repairs_a_dangling_tool_call(run: Run) -> None:
     assert dropped[-1]["message"]["tool_call_id"] == "t1"
 
 
+@pytest.mark.slow
 def test_encryption_rotation_rekey_receipts_and_shred_through_the_command(
     run: Run, bucket: str, moto_endpoint: str, tmp_path: Path
 ) -> None:
@@ -265,6 +273,7 @@ def test_encryption_rotation_rekey_receipts_and_shred_through_the_command(
     assert not [k for k in keys(bucket, moto_endpoint) if "/t/" in k]
 
 
+@pytest.mark.slow
 def test_lifecycle_and_gc_through_the_command(run: Run) -> None:
     run("append", "scratch", "x", "--ephemeral")
     run("append", "named", "y")

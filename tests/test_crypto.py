@@ -198,6 +198,7 @@ _FLIP_STORE = _two_sessions()
 _FLIP_OBJECTS = sorted(raw_objects(_FLIP_STORE).items())
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("EVSTORE_FLIP_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -252,6 +252,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"s3://{new_bucket(endpoint).bucket}/root"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["delete", "shred"])
 @pytest.mark.parametrize("purged", [False, True], ids=["fenced", "fenced-then-removed"])
 def test_a_writer_in_another_process_is_refused_after_the_command_deletes_its_session(
@@ -329,6 +330,7 @@ def test_gc_removes_what_shred_left_after_the_hold_and_the_id_is_free_at_once(ti
     assert contents(timed, "t") == ["over the shredded id"]
 
 
+@pytest.mark.slow
 def test_delete_of_a_session_on_every_backend_leaves_it_unreadable_and_unwritable(backend: ObjectStore) -> None:
     store = Store(backend, root="root")
     filled(store)

@@ -222,6 +222,7 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     assert code == 0 and "exporting c" in terminal
 
 
+@pytest.mark.slow
 def test_a_jsonl_import_streams_so_memory_stays_near_one_event(tmp_path: Path) -> None:
     """A 30 MB file (which once peaked at 491 MB): memory holds one event's messages, the bytes a
     writer keeps for compaction (16 MiB at most) and a segment being packed, not the file."""

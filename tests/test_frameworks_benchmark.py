@@ -15,6 +15,9 @@ from benchmarks.frameworks import ADAPTERS, SECTIONS
 from benchmarks.studies.frameworks.turns import SegmentRecorder, is_segment, measure
 from evstore import MemoryStore, Store
 
+# one module-scoped run serves every test here: one xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_frameworks_benchmark")
+
 REPO = Path(__file__).resolve().parents[1]
 TITLES = {
     "langgraph": "LangGraph EvstoreSaver",
@@ -56,6 +59,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, 
     return done.stdout, json.loads(figures.read_text())
 
 
+@pytest.mark.slow
 def test_quick_run_prints_a_table_per_adapter(quick_run: tuple[str, dict[str, object]]) -> None:
     stdout, _ = quick_run
     for number, name in enumerate(ADAPTERS, 1):

@@ -191,6 +191,7 @@ def test_deleted_sessions_are_judged_4_x_concurrency_at_once_with_both_gets_in_f
     assert 4 * concurrency < most_at_once(delayed.spans) <= (4 + 4 + 2) * concurrency
 
 
+@pytest.mark.slow
 def test_sequential_ids_are_split_where_they_lie_and_no_listing_comes_back_empty() -> None:
     """Ids s000000-s000999: the last range is split toward the end of the block the ids listed
     share (s001), not past every name, and a range a page or two most likely finish is not split:

@@ -181,6 +181,7 @@ def test_a_forged_segment_before_a_true_one_changes_nothing(scene: Scene) -> Non
     scene.truth()
 
 
+@pytest.mark.slow
 def test_forged_segments_that_continue_each_other_change_nothing(scene: Scene) -> None:
     forged = scene.forged_events([f"forged {i}" for i in range(5)])
     scene.plant("segments/00000000000000000001-00000000000000000003", pack_segment("s", scene.manifest.uid, forged[:3]))
@@ -191,6 +192,7 @@ def test_forged_segments_that_continue_each_other_change_nothing(scene: Scene) -
 # ---- 2. truncation by one junk object ------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["-", "00000000000000000001~", "0", "00000000000000000003.tmp", "~"])
 def test_a_junk_name_among_the_events_hides_nothing(scene: Scene, name: str) -> None:
     scene.plant(name)

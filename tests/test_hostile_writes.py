@@ -145,6 +145,7 @@ def test_a_planted_event_with_the_clients_key_is_tampering_not_done(scene: Scene
         scene.contents()
 
 
+@pytest.mark.slow
 def test_a_planted_event_with_the_key_is_refused_at_the_412_too(scene: Scene) -> None:
     """Writers that knew the head before the plant: with ``expected_head`` (no window read) and
     without (the window holds no key): the 412 at seq 6 finds the key, and the event is checked."""
@@ -286,6 +287,7 @@ def test_junk_before_the_first_event_is_not_listed() -> None:
     assert [e.seq for e in itertools.islice(store.follow("s", sleep=lambda _: None), 5)] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.slow
 def test_tail_shows_the_newest_events_past_junk(tmp_path: Path) -> None:
     url = (tmp_path / "store").as_uri()
 
@@ -389,6 +391,7 @@ def test_30000_empty_segment_names_cost_no_get() -> None:
     assert store.info("s").segments == 0
 
 
+@pytest.mark.slow
 def test_30000_planted_segments_cost_gets_that_do_not_grow_with_them() -> None:
     for count in (1_000, 30_000):
         counting, store = planted_segments(count, b"x")

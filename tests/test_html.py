@@ -188,6 +188,7 @@ def _browser_dom(page: Path, tmp_path: Path) -> TreeBuilder:
     return parse(dom.stdout)
 
 
+@pytest.mark.slow
 def test_headless_chromium_renders_the_page_as_text(tmp_path: Path) -> None:
     store = evstore.open_store("memory://")
     build(store)
@@ -231,6 +232,7 @@ def _tamper(store_url: str, seq: int, how: str) -> None:
         ("garbled", 3, None),
     ],
 )
+@pytest.mark.slow
 def test_a_session_failing_verification_gets_its_page_up_to_the_failure(
     tmp_path: Path, how: str, fails_at: int, reason: str | None
 ) -> None:
@@ -307,6 +309,7 @@ def test_export_html_of_a_failing_session_with_json_reports_the_failure(tmp_path
 # ---- dangling tool calls, forks, wording --------------------------------------------
 
 
+@pytest.mark.slow
 def test_dangling_tool_calls_are_flagged(tmp_path: Path) -> None:
     store = evstore.open_store("memory://")
     writer = store.open("s", create=True)
@@ -326,6 +329,7 @@ def test_dangling_tool_calls_are_flagged(tmp_path: Path) -> None:
         assert [n.all_text() for n in summary] == ['1 call that no tool result answers: c-<b>"lost']
 
 
+@pytest.mark.slow
 def test_a_parents_page_lists_its_forks_with_their_fork_seqs(tmp_path: Path) -> None:
     store = evstore.open_store("memory://")
     build(store)  # child: a fork of parent at seq 4

@@ -18,6 +18,7 @@ from .conftest import new_bucket
 from .helpers import msg
 
 
+@pytest.mark.slow
 def test_racing_writers_never_overwrite_and_every_acknowledged_append_appears_once(moto_endpoint: str) -> None:
     backend = new_bucket(moto_endpoint)
     Store(backend, root="r").create("shared")

@@ -148,6 +148,7 @@ def test_the_command_appends_once_per_key(tmp_path: Path) -> None:
     assert contents(Store(LocalStore(tmp_path / "store"))) == ["hello", "world", "a", "b"]
 
 
+@pytest.mark.slow
 def test_a_retried_invocation_in_a_new_process_lands_once(tmp_path: Path) -> None:
     url = (tmp_path / "store").as_uri()
     command = [sys.executable, "-c", "from evstore_cli import main; main()", "--store", url, "append", "s"]

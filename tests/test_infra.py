@@ -37,6 +37,9 @@ from evstore._lifecycle import DEFAULT_ABORT_DAYS, DEFAULT_EPHEMERAL_DAYS, RETEN
 
 from .test_least_privilege import iam_authentication, load_render, s3_client, store_as, user_with_policy
 
+# one module-scoped run serves every test here: one xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_infra")
+
 INFRA = Path(__file__).resolve().parent.parent / "infra"
 COMPOSE = INFRA / "docker-compose.yml"
 TEMPLATE = INFRA / "cloudformation.yaml"
@@ -199,6 +202,7 @@ def lint_findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[st
     return findings
 
 
+@pytest.mark.slow
 def test_cloudformation_passes_cfn_lint(lint_findings: dict[str, list[str]]) -> None:
     assert lint_findings["template"] == []
 
@@ -301,6 +305,7 @@ def stack() -> Iterator[Stack]:
         yield deploy({"BucketName": f"evs-{uuid.uuid4().hex[:12]}", "Prefix": "agents"})
 
 
+@pytest.mark.slow
 def test_deployed_stack_outputs_the_store_url(stack: Stack) -> None:
     assert stack.outputs["StoreUrl"] == f"s3://{stack.bucket}/agents"
 
@@ -340,6 +345,7 @@ def test_template_lifecycle_rules_make_evstore_lifecycle_apply_a_no_op(stack: St
     assert backend.get_lifecycle() == rules == evstore_rules("agents/sessions/", DEFAULT_EPHEMERAL_DAYS)
 
 
+@pytest.mark.slow
 def test_evstore_lifecycle_apply_on_the_deployed_bucket_reads_back_the_template_rules(stack: Stack) -> None:
     cfn_rules = stack.template["Resources"]["Bucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     store = open_store(stack.outputs["StoreUrl"])
@@ -347,6 +353,7 @@ def test_evstore_lifecycle_apply_on_the_deployed_bucket_reads_back_the_template_
     assert store.lifecycle_rules() == as_s3_rules(cfn_rules, "agents", DEFAULT_EPHEMERAL_DAYS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("role", ["writer", "auditor", "operator", "lifecycle"])
 def test_deployed_policy_is_the_rendered_policy(stack: Stack, role: str) -> None:
     iam = boto3.client("iam", region_name="us-east-1")

@@ -57,6 +57,7 @@ def added_ids(results: list[subprocess.CompletedProcess[str]]) -> list[str]:
     return ids
 
 
+@pytest.mark.slow
 def test_concurrent_keygen_processes_lose_no_key(tmp_path: Path) -> None:
     ring = tmp_path / "keyring.json"
     reported: list[str] = []

@@ -78,6 +78,7 @@ def test_conformance_full_over_an_encrypted_store() -> None:
     assert b"channel" not in b"".join(backend.get(info.key).data for info in backend.list("lg/sessions/"))
 
 
+@pytest.mark.slow
 def test_conformance_full_over_moto_server(moto_endpoint: str) -> None:
     assert_full(run_conformance(lambda: Store(new_bucket(moto_endpoint), root="lg")))
 
@@ -210,6 +211,7 @@ def test_latest_get_tuple_costs_the_same_at_5_and_200_checkpoints() -> None:
         assert found.pending_writes == [(task, "counter", steps), (task, "log", f"step {steps - 1}")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("turns", [10, 300])
 def test_a_graph_turn_reads_one_list_at_any_thread_length(turns: int) -> None:
     """A compiled graph's invoke on a thread this saver holds: get_tuple lists what came after
@@ -271,6 +273,7 @@ def old_checkpoint_cost(turns: int) -> tuple[dict[str, int], dict[str, int]]:
     return costs[0], costs[1]
 
 
+@pytest.mark.slow
 def test_get_state_of_an_old_checkpoint_reads_its_span_at_30_and_300_turns() -> None:
     """An old checkpoint whose seq the saver knows (it wrote it, or listed it) is read with its
     writes and nothing after them: the same requests at 30 turns as at 300 (at 300 reading to
@@ -427,6 +430,7 @@ def test_stale_writer_gets_a_conflict_not_an_overwrite() -> None:
     assert [t.checkpoint["channel_values"]["answer"] for t in first.list(cfg("t"))] == ["B", "A", "draft"]
 
 
+@pytest.mark.slow
 def test_a_stale_process_is_refused_after_another_process_ran_the_thread_over_s3(moto_endpoint: str) -> None:
     bucket = new_bucket(moto_endpoint)
     store = Store(bucket, root="agents")
@@ -509,6 +513,7 @@ def counting_graph(saver: BaseCheckpointSaver[Any], during: Any) -> Any:
 # ---- a real graph: interrupt, resume in a new process, time travel ----------------------------------
 
 
+@pytest.mark.slow
 def test_graph_interrupts_resumes_in_a_new_process_and_travels_in_time(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'store'}"
     config: Any = {"configurable": {"thread_id": "trip-1"}}

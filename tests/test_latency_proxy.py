@@ -333,6 +333,7 @@ def test_unpack_resume_finds_the_writer_and_the_context() -> None:
         unpack_resume(object())
 
 
+@pytest.mark.slow
 def test_the_resume_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     """The smallest run of benchmarks/resume.py (moto, 20 messages, 1 ms): every variant resumes through the proxy,
     and the proxy's counts are the clients' own."""

@@ -348,6 +348,7 @@ def test_writer_can_resume_a_session_from_another_process(roles: Roles) -> None:
     assert resumed.head == 2
 
 
+@pytest.mark.slow
 def test_writer_cannot_delete_an_object(roles: Roles) -> None:
     store = roles.store("writer")
     store.open("chat", create=True).append(user("keep me"))
@@ -424,6 +425,7 @@ def test_writer_compacts_as_it_appends_and_can_compact(roles: Roles) -> None:
     assert [m["content"] for m in store.context("chat")] == [f"m{i}" for i in range(40)]
 
 
+@pytest.mark.slow
 def test_writer_writes_merkle_checkpoint_objects_and_the_auditor_checks_from_them(roles: Roles) -> None:
     """The checkpoint object at 256 events is created by the writer role (``ztree/*``, If-None-Match
     only), and read by the read-only auditor for a tree head check in a few requests."""
@@ -440,6 +442,7 @@ def test_operator_can_compact(audited: Roles) -> None:
     assert audited.store("operator").compact("audited", segment_size=3) == [(1, 3)]
 
 
+@pytest.mark.slow
 def test_moto_denies_retagging_even_an_untagged_object_because_it_ignores_conditions(roles: Roles) -> None:
     """Pins moto's gap: moto counts the Deny's ``Null`` condition on ``s3:ExistingObjectTag`` as met,
     so it refuses the writer's PutObjectTagging on every object. On AWS the Deny applies where the

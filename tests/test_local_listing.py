@@ -85,6 +85,7 @@ def work_per_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -
     return per_page[1:]
 
 
+@pytest.mark.slow
 def test_a_page_of_the_sessions_directory_reads_its_own_entries_at_any_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +141,7 @@ NAMES = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("indexed", [True, False])
 def test_the_indexed_listing_lists_as_s3_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indexed: bool) -> None:
     local = LocalStore(tmp_path)

@@ -101,6 +101,7 @@ def test_named_temp_files_are_readable_by_their_owner_alone(tmp_path: Path, monk
     assert modes and set(modes) == {0o600}  # no other user reads a write (its write id) before it lands
 
 
+@pytest.mark.slow
 def test_a_tree_planted_thousands_of_levels_deep_is_listed_and_removed_without_recursion(tmp_path: Path) -> None:
     store = Store(LocalStore(tmp_path))
     writer = store.create("s")

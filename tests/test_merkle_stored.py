@@ -80,6 +80,7 @@ def test_deferred_leaves_make_the_checkpoint_objects_that_added_ones_do(deferred
         Tiles().defer(b"short")
 
 
+@pytest.mark.slow
 def test_a_checkpoint_object_states_the_rfc_root_of_its_size_and_proofs_come_from_a_few() -> None:
     """Against ``_merkle.root`` of the leaves, at sizes with one level of tiles and with two
     (past 65,536 leaves, where a point in an older window needs that window's checkpoint)."""

@@ -112,6 +112,7 @@ def run_cli(args: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.C
 # ---- settings ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_defaults_bound_a_silent_server_to_about_twenty_seconds() -> None:
     settings = NetworkSettings.resolve({})
     assert (settings.connect_timeout, settings.read_timeout) == (DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
@@ -243,6 +244,7 @@ def test_the_deadline_stops_retries_before_the_attempts_run_out(silent: SilentSe
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "env"),
     [
@@ -268,6 +270,7 @@ def test_the_command_fails_one_line_within_the_configured_bound(
     assert silent.connections == 4  # append opens the session: its manifest GET and listing, 2 attempts each
 
 
+@pytest.mark.slow
 def test_the_command_notes_each_retry_when_stderr_is_a_terminal(silent: SilentServer) -> None:
     leader, follower = pty.openpty()
     try:
@@ -325,6 +328,7 @@ class LoseFirstAnswers:
         raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)  # ... and the answer is lost
 
 
+@pytest.mark.slow
 def test_appends_stay_exactly_once_when_sustained_faults_would_drain_botocores_retry_quota(moto_endpoint: str) -> None:
     bucket = f"evs-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)

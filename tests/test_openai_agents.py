@@ -181,6 +181,7 @@ def test_streamed_run_persists_its_items(store: Store) -> None:
     assert [item.get("type", "message") for item in items] == ["message", "function_call", "function_call_output", "message"]
 
 
+@pytest.mark.slow
 def test_a_new_process_resumes_the_conversation(moto_endpoint: str) -> None:
     backend = new_bucket(moto_endpoint)
     store = Store(backend, root="root")
@@ -355,6 +356,7 @@ def test_a_deleted_session_is_not_found_by_a_handle_that_read_it(store: Store) -
     assert run(EvstoreSession("t", store).get_items()) == ITEMS[1:2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [10, 300])
 def test_requests_per_runner_turn_stay_flat(length: int) -> None:
     """A Runner turn on a handle that read the session: one LIST (nothing new) and the three
@@ -378,6 +380,7 @@ def test_requests_per_runner_turn_stay_flat(length: int) -> None:
     assert len(run(EvstoreSession("s", store).get_items())) == length + 12 * 4
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
     """Two worker processes, each with one long-lived EvstoreSession, take turns on one session.
     A's turn reads, then B writes a whole turn before A adds anything: A's turn raises the

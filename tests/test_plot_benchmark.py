@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# one module-scoped run serves every test here: one xdist worker runs them all
+pytestmark = pytest.mark.xdist_group("test_plot_benchmark")
+
 pytest.importorskip("matplotlib")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +32,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return png, json.loads(figures.read_text()), done.stdout
 
 
+@pytest.mark.slow
 def test_the_plot_is_written_as_a_png(tiny_run: tuple[Path, dict[str, object], str]) -> None:
     png, _, stdout = tiny_run
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -50,6 +54,7 @@ def test_the_figures_plotted_are_printed_and_saved_for_every_length(tiny_run: tu
     assert "## resume cost against session length" in stdout and "## append cost against session length" in stdout
 
 
+@pytest.mark.slow
 def test_evstores_append_is_flat_and_the_snapshots_grows_with_the_session(
     tiny_run: tuple[Path, dict[str, object], str],
 ) -> None:

@@ -185,6 +185,7 @@ def test_the_async_forms_load_and_save(store: Store) -> None:
     assert prompts(asyncio.run(go())) == ["async hello", "answer 1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [10, 300])
 def test_requests_per_run_stay_flat(length: int) -> None:
     """A run (load, the agent, save) on a history that loaded before: one LIST for what is new

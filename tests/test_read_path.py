@@ -37,6 +37,7 @@ def _reference(text: str) -> bytes | None:
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     st.binary(max_size=40),
@@ -114,6 +115,7 @@ def _pages(backend: ObjectStore, prefix: str, start_after: str, max_keys: int, d
         start_after = page.next_start_after
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(_KEYS, _POINTS, _POINTS, st.integers(1, 4), st.sampled_from(["", "/"]))
 def test_local_listing_pages_are_those_of_the_memory_store(
@@ -135,6 +137,7 @@ def test_local_listing_pages_are_those_of_the_memory_store(
     ]
 
 
+@pytest.mark.slow
 def test_a_large_session_directory_lists_in_pages_from_any_point(tmp_path: Path) -> None:
     local = LocalStore(tmp_path)
     names = [f"{seq:020d}" for seq in range(1, 2101)]
@@ -337,6 +340,7 @@ _PAGE_ETAG = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.tuples(_PAGE_NAME, _PAGE_ETAG), max_size=8), st.booleans())
 def test_a_pages_md5s_read_at_once_are_those_read_key_by_key(entries: list[tuple[str, str]], plain: bool) -> None:

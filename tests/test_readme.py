@@ -274,6 +274,7 @@ def _copy_checkout(target: Path) -> None:
             shutil.copy2(source, target / name)
 
 
+@pytest.mark.slow
 def test_readme_examples_run_as_written(tmp_path: Path, moto_endpoint: str, fake_openai: str) -> None:
     import boto3
 

@@ -110,6 +110,7 @@ def build(store: Store, shape: str) -> None:
             store.open(source).append(msg(f"own of {source}"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_forks_of_forks_read_after_each_ancestor_is_rekeyed(stores: tuple[Store, Store], shape: str) -> None:
     writing, operator = stores

@@ -134,6 +134,7 @@ def test_a_short_session_resumes_and_appends_in_three_round_trips_a_new_one_in_t
     assert writer.head == length + 1 and len(context) == length
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("length", [10, 1000, 5000, 10000, 45_000, 100_000])
 def test_resume_and_the_append_wait_on_three_round_trips_to_100000_events(length: int) -> None:
     """The manifest round (its GET, the first 1,000 names, the non-event names); the segments' round
@@ -235,6 +236,7 @@ def test_a_tail_get_that_went_before_an_append_landed_is_sent_again_when_the_lis
     assert event_gets(counted, layout.session_prefix("s")).count(2011) == 2
 
 
+@pytest.mark.slow
 def test_a_long_chain_of_segments_is_fetched_in_one_round_trip() -> None:
     """At 45,000 events a resume reads a chain of more segments than two groups of 8. Two groups at
     a time made this 6 round trips with the append (7 with 1 KiB messages); with the 45 LIST pages
@@ -346,6 +348,7 @@ async def test_the_async_api_resumes_too() -> None:
         assert len(context) == 5 and await writer.append(msg("x")) == 6
 
 
+@pytest.mark.slow
 def test_resume_holds_about_what_the_context_holds_not_every_event_it_read() -> None:
     """The writer keeps the idempotency keys and the newest events' bytes for compaction, not
     every ``RawEvent``: a resume's peak memory is within 1.3x the context's alone (it was 1.75x

@@ -331,6 +331,7 @@ def test_anything_but_a_plain_answer_is_asked_again_of_botocore(pair: tuple[S3St
     assert failing.sent == 2  # each tried directly once, then answered by botocore
 
 
+@pytest.mark.slow
 def test_a_failed_direct_attempt_is_the_first_of_max_attempts(
     pair: tuple[S3Store, S3Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -420,6 +421,7 @@ def test_direct_requests_are_off_when_asked_behind_a_proxy_or_on_a_client_passed
     assert S3Store("b", endpoint_url=moto_endpoint)._direct is not None
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_direct_requests_without_a_fallback() -> None:
     """benchmarks/direct_requests.py, smallest run, against moto's server: both stores measured,
     the direct requests started, and none of them sent again through botocore."""

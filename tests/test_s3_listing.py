@@ -163,6 +163,7 @@ def _contents(draw: st.DrawFn) -> str:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     st.lists(st.one_of(_contents(), st.just(_PREFIXES), st.just("\n")), max_size=6),
@@ -177,6 +178,7 @@ def test_reading_the_plain_contents_apart_gives_elementtrees_page(parts: list[st
     assert parse_list_body(data, _parse_timestamp) == (None if whole is None else whole[0])
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(st.text(alphabet="%2Ff+/a9 ~-_.E", max_size=24))
 def test_a_plain_key_is_url_decoded_as_unquote_plus_decodes_it(key: str) -> None:
@@ -272,6 +274,7 @@ def _tree_keys_etags(data: bytes) -> KeysPage | None:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(
     st.lists(st.one_of(_contents(), st.just(_PREFIXES), st.just("\n")), max_size=6),

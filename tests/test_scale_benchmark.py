@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from benchmarks._scale_backend import Copying, FastMemory, Recorder, longest_chain
 from evstore import MemoryStore, Store
 from evstore._backends import ObjectInfo
@@ -106,6 +108,7 @@ def test_copying_hands_out_a_new_body_for_each_get() -> None:
     assert found.data is not memory.get("k").data and found.data is not copying.get("k").data
 
 
+@pytest.mark.slow
 def test_quick_run_prints_every_section(tmp_path: Path) -> None:
     figures = tmp_path / "scale.json"
     command = [sys.executable, str(REPO / "benchmarks" / "scale.py"), "--quick", "--json", str(figures)]

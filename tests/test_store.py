@@ -104,6 +104,7 @@ def test_opening_an_existing_session_costs_four_requests(counting_store: tuple[S
     assert counting.counts == {"GET": 2, "LIST": 2}
 
 
+@pytest.mark.slow
 def test_opening_a_long_session_probes_logarithmically(counting_store: tuple[Store, CountingStore]) -> None:
     _, counting = counting_store
     store = Store(counting, root="root", auto_compact=None)  # the uncompacted log: no segment PUTs, no floor

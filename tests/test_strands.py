@@ -383,6 +383,7 @@ def race_two_workers(a: Any, b: Any) -> None:
     assert b.send(op="turn", prompt="b2")["ok"]
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_session_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
     """Two worker processes, each with one long-lived Agent on one session (same agent id). The
     one whose view is behind raises the conflict once; its next turn restores it from the

@@ -196,6 +196,7 @@ def _fresh_restore(turns: int) -> tuple[CountingStore, list[tuple[str, str]], Ag
     return counting, list(counting.keys), restored
 
 
+@pytest.mark.slow
 def test_restoring_the_latest_snapshot_costs_the_same_requests_at_any_length() -> None:
     """A fresh agent reads the head event of its snapshot log and nothing older: 9 requests at 3 and
     at 70 saves (past two boundaries of automatic compaction), where reading the log would grow."""
@@ -244,6 +245,7 @@ def test_a_plain_snapshot_manager_stays_stale() -> None:
     assert _turn_texts(make_agent(store).messages) == ["a1", "b1"]
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_agent_neither_lose_nor_interleave_a_turn(tmp_path: Path) -> None:
     """Two worker processes, each with one long-lived Agent under EvstoreSnapshotSessionManager on
     one local store. The one whose snapshot is behind raises the conflict once; its next turn

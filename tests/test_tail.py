@@ -96,6 +96,7 @@ def _requests_per_idle_poll(store: Store, backend: S3Store, session_id: str, pol
     return [after - before for before, after in itertools.pairwise(snapshots)]
 
 
+@pytest.mark.slow
 def test_an_idle_poll_is_one_list_whatever_the_session_length(store: Store, backend: S3Store) -> None:
     short = store.open("short", create=True)
     short.append(msg("one"))
@@ -283,6 +284,7 @@ def _tail_process(backend: S3Store, moto_endpoint: str, root: str, *args: str) -
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_tail_command_follows_another_writer(backend: S3Store, moto_endpoint: str) -> None:
     root = f"t-{uuid.uuid4().hex[:10]}"
     writer = Store(backend, root=root).open("chat", create=True)

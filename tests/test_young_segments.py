@@ -4,6 +4,7 @@ while the top level keeps ``segments/`` names (one per 2,048 events by default).
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from .test_resume import DelayedStore, written
 _SEQS = st.integers(1, MAX_SEQ)
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(_SEQS, _SEQS).map(sorted), min_size=1, max_size=20), _SEQS)
 def test_young_names_parse_back_sort_newest_first_and_start_where_asked(ranges: list[list[int]], upto: int) -> None:
     layout = Layout()
@@ -68,6 +70,7 @@ def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> N
     assert delayed.chain() <= 3
 
 
+@pytest.mark.slow
 def test_the_listing_stays_one_page_at_34000_events_by_default() -> None:
     """By a writer that may not delete, so that more than 1,000 young segments pile up."""
     inner = MemoryStore()
@@ -98,6 +101,7 @@ def test_a_read_that_ends_early_lists_the_young_segments_that_end_before_it() ->
     assert counting.counts["GET"] < 10 and counting.counts["LIST"] == 3
 
 
+@pytest.mark.slow
 def test_planted_young_names_cost_requests_never_truth() -> None:
     """An attacker who may create objects plants a forged young segment, then young names that sort
     first and reach furthest: each is read and fails, and the reader falls back to loose events."""
@@ -156,6 +160,7 @@ def test_info_counts_every_segment_and_rekey_removes_the_young_ones_too() -> Non
     assert [m["content"] for m in encrypted.context("s")] == [f"m{i}" for i in range(600)]
 
 
+@pytest.mark.slow
 def test_a_fork_inside_a_top_level_segment_reads_it_once_its_lower_levels_are_retired() -> None:
     """At 2,048 the top-level segment retired the 256- and 32-event ones inside it, so a fork at
     1,000 has no shorter segment to read its parent's range from: it reads the long one (1,000

@@ -23,6 +23,7 @@ PATHS = [
 FLOOR = 110
 
 
+@pytest.mark.slow
 def test_the_sdks_own_session_tests_pass_on_evstore() -> None:
     tree = sdist_tree("openai-agents")
     run = run_suite(tree, "evstore_openai_plugin", PATHS)

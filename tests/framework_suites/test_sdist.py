@@ -18,6 +18,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("offline")
 def test_without_network_it_skips_with_the_reason_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
@@ -25,6 +26,7 @@ def test_without_network_it_skips_with_the_reason_outside_ci(monkeypatch: pytest
         sdist_tree("pytest")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("offline")
 def test_without_network_it_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")

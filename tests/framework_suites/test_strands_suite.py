@@ -16,6 +16,7 @@ PATHS = ["tests/strands/session"]
 FLOOR = 200
 
 
+@pytest.mark.slow
 def test_strands_own_session_tests_pass_on_evstore() -> None:
     tree = sdist_tree("strands-agents")
     run = run_suite(tree, "evstore_strands_plugin", PATHS)
