@@ -102,6 +102,15 @@ def test_the_store_facade_is_short() -> None:
     assert len((ROOT / "evstore" / "_store.py").read_text().splitlines()) <= 275
 
 
+def test_no_room_of_the_library_the_command_or_the_benchmarks_is_over_500_lines() -> None:
+    """A module that outgrows this is split by concern, as the read path, retention, the write path,
+    the backends, the adapters, the command and the benchmarks were."""
+    rooms = [path for folder in ("evstore", "cli", "benchmarks") for path in (ROOT / folder).rglob("*.py")]
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in rooms}
+    assert len(lengths) > 100
+    assert {room: lines for room, lines in lengths.items() if lines > 500} == {}
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     """The checker itself can fail."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
