@@ -86,6 +86,7 @@ def _share_botocore_data() -> None:
 _share_botocore_data()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The README's test command runs the suite on pytest-xdist workers (``--dist loadgroup``).
     The RGW tests share one gateway, so they are one group, run by one worker. The RGW and stress
