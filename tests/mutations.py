@@ -3,8 +3,8 @@ beside it must fail. A mutation no test notices is a guarantee nothing protects.
 
 Each runs on a copy of the checkout (the repository is never changed): the mutation is applied
 to one exact piece of source, the named tests run in a fresh process against the copy, and the
-mutation counts as caught only if they fail (pytest's exit 1) where the same tests passed on the
-unmutated copy. A mutation whose source no longer appears exactly once is an error: update it
+mutation counts as caught only if they fail (pytest's exit 1) and the test that failed first passes
+on the unmutated copy. A mutation whose source no longer appears exactly once is an error: update it
 here together with the code it mutates.
 
     python tests/mutations.py            # all of them; exit 0 only if every one is caught
@@ -148,17 +148,33 @@ def _copy(target: Path) -> dict[str, str]:
     return env
 
 
-def _pytest(target: Path, env: dict[str, str], tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--no-header", *tests]
+def _pytest(
+    target: Path, env: dict[str, str], tests: tuple[str, ...], *, first_failure_stops: bool = True
+) -> subprocess.CompletedProcess[str]:
+    stop = ["-x"] if first_failure_stops else []
+    command = [sys.executable, "-m", "pytest", "-q", *stop, "-p", "no:cacheprovider", "--no-header", *tests]
     return subprocess.run(command, cwd=target, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
-def _first_failure(output: str) -> str:
-    return next((line.removeprefix("FAILED ").split(" - ")[0] for line in output.splitlines() if line.startswith("FAILED ")), "?")
+def _failures(output: str) -> list[str]:
+    """The tests pytest's summary names as failed or in error, in its order."""
+    return [line.split(" ", 1)[1].split(" - ")[0] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+
+
+def _mutated_run(target: Path, env: dict[str, str], m: Mutation, original: str) -> subprocess.CompletedProcess[str]:
+    (target / m.path).write_text(original.replace(m.old, m.new))
+    try:
+        return _pytest(target, env, m.tests)
+    finally:
+        (target / m.path).write_text(original)
 
 
 def check(mutations: tuple[Mutation, ...]) -> bool:
-    """Run each mutation; print one line each; True when every one was caught."""
+    """Run each mutation; print one line each; True when every one was caught.
+
+    A mutation is caught when its tests fail (pytest's exit 1, stopping at the first failure) and
+    that first failing test passes on the unmutated copy: all of those run once, together, at the end,
+    so that a test failing for another reason than the mutation never counts as catching it."""
     with tempfile.TemporaryDirectory(prefix="evstore-mutations-") as scratch:
         target = Path(scratch)
         env = _copy(target)
@@ -167,21 +183,29 @@ def check(mutations: tuple[Mutation, ...]) -> bool:
             if originals[m.path].count(m.old) != 1:
                 print(f"error: mutation {m.name} no longer applies: {m.path} must hold its source exactly once")
                 return False
-        baseline = _pytest(target, env, tuple(dict.fromkeys(t for m in mutations for t in m.tests)))
-        if baseline.returncode != 0:
-            print(f"error: the tests fail without any mutation (pytest exit {baseline.returncode}):\n{baseline.stdout[-3000:]}")
-            return False
+        firsts: dict[str, str] = {}
         caught_all = True
         for m in mutations:
-            (target / m.path).write_text(originals[m.path].replace(m.old, m.new))
-            try:
-                run = _pytest(target, env, m.tests)
-            finally:
-                (target / m.path).write_text(originals[m.path])
-            caught = run.returncode == 1
-            caught_all &= caught
-            verdict = f"caught by {_first_failure(run.stdout)}" if caught else f"NOT CAUGHT (pytest exit {run.returncode})"
-            print(f"{m.name:24} {verdict}", flush=True)
+            run = _mutated_run(target, env, m, originals[m.path])
+            failed = _failures(run.stdout)
+            if run.returncode == 1 and failed:
+                firsts[m.name] = failed[0]
+            else:
+                caught_all = False
+                print(f"{m.name:24} NOT CAUGHT (pytest exit {run.returncode})", flush=True)
+        if firsts:
+            unmutated = _pytest(target, env, tuple(dict.fromkeys(firsts.values())), first_failure_stops=False)
+            failing = set(_failures(unmutated.stdout))
+            if unmutated.returncode not in (0, 1):
+                print(f"error: the unmutated run of the catching tests ended with pytest exit {unmutated.returncode}:")
+                print(unmutated.stdout[-3000:])
+                return False
+            for name, test in firsts.items():
+                if test in failing:
+                    caught_all = False
+                    print(f"{name:24} error: {test} fails without the mutation too")
+                else:
+                    print(f"{name:24} caught by {test}")
         return caught_all
 
 
