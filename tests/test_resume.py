@@ -127,7 +127,7 @@ def test_a_short_session_resumes_and_appends_in_three_round_trips_a_new_one_in_t
     beside the GETs, not after them."""
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", length)
-    delayed = DelayedStore(inner, 0.04)
+    delayed = DelayedStore(inner, 0.3)  # long enough that a round's threads start within it on a busy machine
     writer, context = Store(delayed, root="root").resume("s")
     writer.append(msg("next"))
     assert delayed.chain() <= (2 if length == 0 else 3)
@@ -379,7 +379,7 @@ def test_open_sends_the_manifest_get_with_the_listing_three_round_trips(length: 
     newest segment's end, the GET of the head event (it read the manifest first: 4 in a row)."""
     inner = MemoryStore()
     written(Store(inner, root="root"), "s", length)
-    delayed = DelayedStore(inner, 0.05)
+    delayed = DelayedStore(inner, 0.3)  # long enough that a round's threads start within it on a busy machine
     counting = CountingStore(delayed)
     writer = Store(counting, root="root").open("s")
     assert writer.head == length

@@ -64,7 +64,7 @@ def test_a_long_session_resumes_with_one_listing_of_its_non_event_objects() -> N
     # the manifest; a chain of 17 top-level segments, [2177, 2192] and four of 2 events to 2,200; the
     # 32 seqs from 2,201 on, guessed beside the tail's LIST (the tail is 1 event: 31 find nothing)
     assert counting.counts["GET"] == 1 + 22 + _segments._TAIL_GUESS
-    delayed = DelayedStore(inner, 0.04)
+    delayed = DelayedStore(inner, 0.3)  # long enough that a round's threads start within it on a busy machine
     writer, _ = Store(delayed, root="root").resume("s")
     writer.append(msg("next"))
     assert delayed.chain() <= 3
